@@ -1,0 +1,278 @@
+//! `check`, `graph` and `schema`: the authoring tools.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use crate::config::LoopConfig;
+use crate::diag::{Code, Diagnostic, Diagnostics, Format, Source, render};
+use crate::exit;
+use crate::pipeline::Pipeline;
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Pipeline files, loop.toml files, or directories to search for them. Default: the
+    /// project's pipelines/ and every loop's loop.toml.
+    pub paths: Vec<PathBuf>,
+    /// Output format: human (source snippets), json, github (workflow annotations), sarif.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Exit 3 on warnings too.
+    #[arg(long)]
+    pub deny_warnings: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct GraphArgs {
+    /// The pipeline file to draw.
+    pub pipeline: PathBuf,
+    #[arg(long, value_enum, default_value = "dot")]
+    pub format: GraphFormat,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum GraphFormat {
+    Dot,
+    Mermaid,
+}
+
+#[derive(Args, Debug)]
+pub struct SchemaArgs {
+    /// One of: pipeline, loop, state, verdict.
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::schema::NAMES))]
+    pub name: String,
+}
+
+fn is_loop_config(p: &Path) -> bool {
+    matches!(
+        p.file_name().and_then(|f| f.to_str()),
+        Some("loop.toml" | "loop.json")
+    )
+}
+
+/// Files to check under a directory: every *.toml (and loop.json), skipping worktrees,
+/// outputs and hidden build directories.
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        let name = p.file_name().and_then(|f| f.to_str()).unwrap_or("");
+        if p.is_dir() {
+            if matches!(
+                name,
+                "worktree" | "outputs" | "target" | ".git" | "node_modules"
+            ) {
+                continue;
+            }
+            collect(&p, out);
+        } else if name.ends_with(".toml") || name == "loop.json" {
+            if name == "Cargo.toml" || name.starts_with('.') {
+                continue;
+            }
+            out.push(p);
+        }
+    }
+}
+
+/// Checks one file into `diags`.
+pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics) {
+    if is_loop_config(path) {
+        match LoopConfig::read(path, base, diags) {
+            Err(e) => diags.push(io_diag(path, base, &e)),
+            Ok(None) => {}
+            Ok(Some(cfg)) => {
+                let pipeline = match &cfg.pipeline {
+                    None => Some(Pipeline::builtin()),
+                    Some((p, lit)) => match Source::read(p, base) {
+                        Ok(src) => Pipeline::load(&src, diags),
+                        Err(e) => {
+                            diags.push(
+                                Diagnostic::error(
+                                    Code::MissingKey,
+                                    &cfg.source,
+                                    lit.span.clone(),
+                                    format!("cannot read pipeline: {e}"),
+                                )
+                                .label("this file")
+                                .help("relative paths resolve against the directory of loop.toml"),
+                            );
+                            None
+                        }
+                    },
+                };
+                if let Some(p) = pipeline {
+                    cfg.check_against(&p, base, diags);
+                }
+            }
+        }
+    } else {
+        match Source::read(path, base) {
+            Ok(src) => {
+                Pipeline::load(&src, diags);
+            }
+            Err(e) => diags.push(io_diag(path, base, &e)),
+        }
+    }
+}
+
+fn io_diag(path: &Path, base: &Path, e: &std::io::Error) -> Diagnostic {
+    let src = Source::new(crate::diag::display_name(path, base), path, "");
+    Diagnostic::error(
+        Code::TomlSyntax,
+        &src,
+        0..0,
+        format!("cannot read file: {e}"),
+    )
+    .label("unreadable")
+    .help("check the path")
+}
+
+pub fn check(project: &Path, a: CheckArgs) -> i32 {
+    let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
+    let mut files = Vec::new();
+    let roots: Vec<PathBuf> = if a.paths.is_empty() {
+        let mut r = vec![project.join("pipelines")];
+        for n in crate::project::list_loops(project) {
+            r.push(crate::state::LoopPaths::new(project, &n).config());
+        }
+        r.into_iter().filter(|p| p.exists()).collect()
+    } else {
+        a.paths.clone()
+    };
+    for p in &roots {
+        if p.is_dir() {
+            collect(p, &mut files);
+        } else if p.exists() {
+            files.push(p.clone());
+        } else {
+            eprintln!("error: {} does not exist", p.display());
+            return exit::USAGE;
+        }
+    }
+    let mut diags = Diagnostics::default();
+    for f in &files {
+        check_file(f, &base, &mut diags);
+    }
+    diags.sort();
+    let color = super::use_color(std::io::IsTerminal::is_terminal(&std::io::stdout()));
+    let out = render(&diags, a.format, color);
+    if a.format == Format::Human {
+        if diags.is_empty() {
+            println!("checked {} file(s): no problems found", files.len());
+        } else {
+            print!("{out}");
+        }
+    } else {
+        print!("{out}");
+    }
+    if diags.has_errors() || (a.deny_warnings && !diags.is_empty()) {
+        exit::CONFIG
+    } else {
+        exit::OK
+    }
+}
+
+pub fn graph(a: GraphArgs) -> i32 {
+    let base = std::env::current_dir().unwrap_or_default();
+    let src = match Source::read(&a.pipeline, &base) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {}: {e}", a.pipeline.display());
+            return exit::USAGE;
+        }
+    };
+    let mut diags = Diagnostics::default();
+    let p = Pipeline::load(&src, &mut diags);
+    let Some(p) = p.filter(|_| !diags.has_errors()) else {
+        eprint!("{}", render(&diags, Format::Human, false));
+        return exit::CONFIG;
+    };
+    print!("{}", draw(&p, a.format));
+    exit::OK
+}
+
+/// The DAG as Graphviz dot or a Mermaid flowchart, with kinds and roles on the nodes.
+pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
+    let label = |n: &crate::pipeline::Node| match n.spec.role() {
+        Some(r) => format!("{}\\n{} ({})", n.id.value, n.kind, r.value),
+        None => format!("{}\\n{}", n.id.value, n.kind),
+    };
+    let mut s = String::new();
+    match format {
+        GraphFormat::Dot => {
+            s.push_str(&format!(
+                "digraph \"{}\" {{\n  rankdir=TB;\n  node [shape=box, style=rounded];\n",
+                p.name
+            ));
+            for n in &p.nodes {
+                let shape = match n.kind {
+                    "gate" | "floor-check" => ", shape=diamond",
+                    "commit" | "git-commit" => ", shape=box, style=\"rounded,bold\"",
+                    "verdict" => ", shape=parallelogram",
+                    _ => "",
+                };
+                s.push_str(&format!(
+                    "  \"{}\" [label=\"{}\"{shape}];\n",
+                    n.id.value,
+                    label(n)
+                ));
+            }
+            for n in &p.nodes {
+                for need in &n.needs {
+                    let style = if n.when.is_some() {
+                        " [style=dashed, label=\"when\"]"
+                    } else {
+                        ""
+                    };
+                    s.push_str(&format!(
+                        "  \"{}\" -> \"{}\"{style};\n",
+                        need.value, n.id.value
+                    ));
+                }
+            }
+            s.push_str("}\n");
+        }
+        GraphFormat::Mermaid => {
+            s.push_str("flowchart TD\n");
+            let mid = |id: &str| id.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+            for n in &p.nodes {
+                let text = label(n).replace("\\n", "<br/>");
+                let (o, c) = match n.kind {
+                    "gate" | "floor-check" => ("{", "}"),
+                    "verdict" => ("[/", "/]"),
+                    "commit" | "git-commit" => ("[[", "]]"),
+                    _ => ("(", ")"),
+                };
+                s.push_str(&format!("    {}{o}\"{text}\"{c}\n", mid(&n.id.value)));
+            }
+            for n in &p.nodes {
+                for need in &n.needs {
+                    let arrow = if n.when.is_some() {
+                        "-.->|when|"
+                    } else {
+                        "-->"
+                    };
+                    s.push_str(&format!(
+                        "    {} {arrow} {}\n",
+                        mid(&need.value),
+                        mid(&n.id.value)
+                    ));
+                }
+            }
+        }
+    }
+    s
+}
+
+pub fn schema(a: SchemaArgs) -> i32 {
+    match crate::schema::get(&a.name) {
+        Some(s) => {
+            print!("{s}");
+            exit::OK
+        }
+        None => exit::USAGE,
+    }
+}

@@ -1,0 +1,149 @@
+//! The command line: one file per group of subcommands, each returning an exit code.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit;
+
+mod check;
+mod loops;
+mod run;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "loopflow",
+    version,
+    about = "Runs AI coding-agent work unattended, in capped iterations, with a human approval at every halt.",
+    long_about = "Runs AI coding-agent work unattended, in capped iterations (\"loops\"), with a mandatory human \
+approval at every halt. A loop's unit of work is a tick: a DAG of nodes described in a TOML pipeline.\n\n\
+Start with `loopflow demo`, then `loopflow create --loop NAME --task \"...\"` in your repository.",
+    after_help = "Exit codes: 0 ok (a tick that ran, skipped or halted cleanly), 1 no (can-continue, can-edit, refused approve), \
+2 usage error, 3 invalid configuration, 4 state or I/O error, 130 interrupted."
+)]
+pub struct Cli {
+    /// The project directory (holds .loopflow/).
+    #[arg(
+        long,
+        global = true,
+        default_value = ".",
+        env = "LOOPFLOW_PROJECT",
+        value_name = "DIR"
+    )]
+    pub project: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run one tick of a loop (what a scheduler fires).
+    Run(run::RunArgs),
+    /// Run ticks on an interval until stopped (opt-in fallback to a native scheduler).
+    Daemon(run::DaemonArgs),
+    /// Lint pipeline and loop files; exits 3 when any error is found.
+    Check(check::CheckArgs),
+    /// Draw a pipeline's DAG.
+    Graph(check::GraphArgs),
+    /// Create a loop from a template.
+    Create(loops::CreateArgs),
+    /// Show loops: iteration, halt, task, phase, last score, spend.
+    Status(loops::StatusArgs),
+    /// Print a loop's event log.
+    Log(loops::LogArgs),
+    /// Evaluate a loop's brakes.
+    Gate(loops::GateArgs),
+    /// Exit 0 when the loop may tick, 1 when not.
+    CanContinue(loops::LoopArg),
+    /// Halt a loop with a reason; only `approve` clears it.
+    Halt(loops::HaltArgs),
+    /// Clear a loop's halt (a human's decision, recorded).
+    Approve(loops::ApproveArgs),
+    /// Move the loop's task to another phase.
+    Transition(loops::TransitionArgs),
+    /// Exit 0 when every path is inside the loop's blast radius, 1 otherwise.
+    CanEdit(loops::CanEditArgs),
+    /// Print the JSON Schema of a file format.
+    Schema(check::SchemaArgs),
+    /// Run a real loop with a built-in fake agent in a throw-away project.
+    Demo(crate::demo::DemoArgs),
+    /// The demo's fake agent (used by `demo`; also handy in tests).
+    #[command(hide = true)]
+    FakeAgent(crate::demo::FakeAgentArgs),
+}
+
+/// Colour for human output, decided once: NO_COLOR, CLICOLOR, CLICOLOR_FORCE, TTY.
+pub fn use_color(stream_is_tty: bool) -> bool {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    if var("NO_COLOR").is_some() {
+        return false;
+    }
+    if var("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
+        return true;
+    }
+    if var("CLICOLOR").is_some_and(|v| v == "0") {
+        return false;
+    }
+    stream_is_tty
+}
+
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let project = cli.project.clone();
+    if !matches!(
+        cli.command,
+        Command::Demo(_)
+            | Command::FakeAgent(_)
+            | Command::Check(_)
+            | Command::Graph(_)
+            | Command::Schema(_)
+    ) && !project.is_dir()
+    {
+        eprintln!(
+            "error: project directory {} does not exist",
+            project.display()
+        );
+        return exit::USAGE;
+    }
+    match cli.command {
+        Command::Run(a) => run::run(&project, a),
+        Command::Daemon(a) => run::daemon(&project, a),
+        Command::Check(a) => check::check(&project, a),
+        Command::Graph(a) => check::graph(a),
+        Command::Create(a) => loops::create(&project, a),
+        Command::Status(a) => loops::status(&project, a),
+        Command::Log(a) => loops::log(&project, a),
+        Command::Gate(a) => loops::gate(&project, a),
+        Command::CanContinue(a) => loops::can_continue(&project, a),
+        Command::Halt(a) => loops::halt(&project, a),
+        Command::Approve(a) => loops::approve(&project, a),
+        Command::Transition(a) => loops::transition(&project, a),
+        Command::CanEdit(a) => loops::can_edit(&project, a),
+        Command::Schema(a) => check::schema(a),
+        Command::Demo(a) => crate::demo::demo(a),
+        Command::FakeAgent(a) => crate::demo::fake_agent(a),
+    }
+}
+
+pub use loops::status_table;
+
+/// Prints a run error and returns its exit code (for the demo).
+pub fn run_report(e: &crate::exec::RunError) -> i32 {
+    run::report(e)
+}
+
+/// One loop's `status --json` row.
+pub fn status_json(project: &std::path::Path, name: &str) -> Option<serde_json::Value> {
+    loops::status_row(project, name).ok()
+}

@@ -1,0 +1,226 @@
+//! `run` and `daemon`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use crate::diag::{Format, render};
+use crate::exec::{Outcome, RunError, RunOptions, Summary, run_tick};
+use crate::exit;
+use crate::state::{LogArg, LoopPaths};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Pipeline file; default: the loop's `pipeline` key, else the built-in tick.
+    pub pipeline: Option<PathBuf>,
+    /// The loop to tick.
+    #[arg(long = "loop", value_name = "NAME")]
+    pub loop_name: String,
+    /// Print a JSON tick summary as the last stdout line.
+    #[arg(long)]
+    pub json: bool,
+    /// Evaluate the gate and print each node's rendered argv; spawn and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Run independent branches of the DAG concurrently.
+    #[arg(long)]
+    pub parallel: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DaemonArgs {
+    /// Pipeline file; default: each loop's `pipeline` key, else the built-in tick.
+    pub pipeline: Option<PathBuf>,
+    /// The loop to tick.
+    #[arg(
+        long = "loop",
+        value_name = "NAME",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub loop_name: Option<String>,
+    /// Tick every loop of the project, each on its own interval.
+    #[arg(long)]
+    pub all: bool,
+    /// Seconds between ticks; default: each loop's schedule.interval_seconds, else 3600.
+    #[arg(long, value_name = "S")]
+    pub interval: Option<u64>,
+    /// Exit 0 after this many tick attempts (does not touch the loops' brakes).
+    #[arg(long, value_name = "N")]
+    pub max_iterations: Option<u64>,
+    /// Print a JSON summary line per tick.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// SIGINT/SIGTERM set this flag; running children are stopped by the process layer.
+pub fn install_signals() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    #[cfg(unix)]
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, Arc::clone(&flag));
+    }
+    flag
+}
+
+/// Prints a run error and returns its exit code.
+pub fn report(e: &RunError) -> i32 {
+    match e {
+        RunError::Usage(m) => {
+            eprintln!("error: {m}");
+            exit::USAGE
+        }
+        RunError::Config(d) => {
+            let color = super::use_color(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+            eprint!("{}", render(d, Format::Human, color));
+            eprintln!(
+                "error: invalid configuration; nothing ran (fix the problems above; `loopflow check` lists them)"
+            );
+            exit::CONFIG
+        }
+        RunError::State(s) => {
+            eprintln!("error: {s}");
+            exit::STATE
+        }
+    }
+}
+
+fn print_summary(s: &Summary, json: bool) {
+    println!("{}", s.human());
+    if json {
+        println!("{}", serde_json::to_string(s).unwrap_or_default());
+    }
+}
+
+pub fn run(project: &Path, a: RunArgs) -> i32 {
+    let cancel = install_signals();
+    let opts = RunOptions {
+        pipeline: a.pipeline,
+        dry_run: a.dry_run,
+        parallel: a.parallel,
+    };
+    match run_tick(project, &a.loop_name, &opts, &cancel) {
+        Ok(s) => {
+            if s.reason.as_deref() == Some("unknown_loop") {
+                eprintln!(
+                    "warning: no loop `{}` in {} (nothing to do; create it with `loopflow create --loop {}`)",
+                    a.loop_name,
+                    project.display(),
+                    a.loop_name
+                );
+            }
+            print_summary(&s, a.json);
+            if s.interrupted {
+                exit::INTERRUPTED
+            } else {
+                exit::OK
+            }
+        }
+        Err(e) => report(&e),
+    }
+}
+
+pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
+    let cancel = install_signals();
+    let names: Vec<String> = match &a.loop_name {
+        Some(n) => {
+            if let Err(e) = crate::project::check_loop_name(n) {
+                eprintln!("error: {e}");
+                return exit::USAGE;
+            }
+            vec![n.clone()]
+        }
+        None => Vec::new(),
+    };
+    let opts = RunOptions {
+        pipeline: a.pipeline.clone(),
+        dry_run: false,
+        parallel: false,
+    };
+    let mut attempts = 0u64;
+    // Next due time per loop; loops sharing an interval wake together.
+    let mut due: std::collections::BTreeMap<String, Instant> = std::collections::BTreeMap::new();
+    let interval_of = |name: &str| -> Duration {
+        if let Some(s) = a.interval {
+            return Duration::from_secs(s.max(1));
+        }
+        let paths = LoopPaths::new(project, name);
+        let mut d = crate::diag::Diagnostics::default();
+        let secs = crate::config::LoopConfig::read(&paths.config(), project, &mut d)
+            .ok()
+            .flatten()
+            .map_or(3600, |c| c.interval_seconds);
+        Duration::from_secs(secs.max(1))
+    };
+    let stopped = |names: &[String], attempts: u64| {
+        for n in names {
+            let p = LoopPaths::new(project, n);
+            if p.dir.is_dir() {
+                let _ = p.log(
+                    "DAEMON_STOPPED",
+                    &[LogArg::Kv("ticks", attempts.to_string())],
+                );
+            }
+        }
+        eprintln!("loopflow daemon stopped after {attempts} tick attempt(s)");
+    };
+    loop {
+        // Re-read the set of loops each round so new loops are picked up.
+        let current: Vec<String> = if a.all {
+            crate::project::list_loops(project)
+        } else {
+            names.clone()
+        };
+        let now = Instant::now();
+        for n in &current {
+            due.entry(n.clone()).or_insert(now);
+        }
+        due.retain(|n, _| current.contains(n));
+        let ready: Vec<String> = due
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in ready {
+            if cancel.load(Ordering::SeqCst) {
+                break;
+            }
+            match run_tick(project, &n, &opts, &cancel) {
+                Ok(s) => {
+                    print_summary(&s, a.json);
+                    if s.outcome == Outcome::Abort && s.interrupted {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    // One loop's failure never stops the others.
+                    report(&e);
+                }
+            }
+            attempts += 1;
+            due.insert(n.clone(), Instant::now() + interval_of(&n));
+            if a.max_iterations.is_some_and(|m| attempts >= m) {
+                stopped(&current, attempts);
+                return exit::OK;
+            }
+        }
+        if cancel.load(Ordering::SeqCst) {
+            stopped(&current, attempts);
+            return exit::OK;
+        }
+        let next = due
+            .values()
+            .min()
+            .copied()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(60));
+        while Instant::now() < next && !cancel.load(Ordering::SeqCst) {
+            std::thread::sleep(
+                next.saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(100)),
+            );
+        }
+    }
+}

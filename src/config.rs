@@ -1,0 +1,638 @@
+//! `loop.toml`: read with spans, every problem collected, then cross-checked against the
+//! loop's pipeline (roles with no config, prompt files, templates, model divergence).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+
+use crate::diag::{Code, Diagnostic, Diagnostics, Source, SourceRef, list, suggest};
+use crate::pipeline::{Pipeline, TemplatePlace, duration_key};
+use crate::template::Tmpl;
+use crate::toml_read::{self, Str, Table};
+
+/// The hard context floor (D13): no loop runs an agent with less context than this.
+pub const HARD_CONTEXT_FLOOR: u64 = 16_000;
+
+pub const DEFAULT_HARNESS: &[&str] = &[
+    "opencode",
+    "run",
+    "--prompt-file",
+    "{{prompt}}",
+    "--cwd",
+    "{{cwd}}",
+];
+
+#[derive(Debug, Clone)]
+pub enum WorkSource {
+    Single,
+    Backlog { file: PathBuf },
+    Audit { command: Vec<Tmpl> },
+}
+
+#[derive(Debug, Clone)]
+pub struct Brakes {
+    pub max_iterations: u64,
+    pub max_budget_usd: Option<f64>,
+    pub max_tokens: Option<u64>,
+    pub max_seconds: Option<f64>,
+    pub score_plateau_window: usize,
+    pub score_plateau_epsilon: f64,
+    pub min_context_tokens: u64,
+    pub context_tokens: Option<u64>,
+    pub run_phases: Vec<String>,
+    pub goal_score: f64,
+    pub max_consecutive_aborts: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct Role {
+    pub name: String,
+    pub prompt: Option<(PathBuf, Str)>,
+    pub command: Option<Vec<Tmpl>>,
+    pub model: Option<String>,
+    pub timeout: Option<Duration>,
+    pub cache: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    pub source: SourceRef,
+    pub dir: PathBuf,
+    pub pipeline: Option<(PathBuf, Str)>,
+    pub work_source: WorkSource,
+    pub brakes: Brakes,
+    pub interval_seconds: u64,
+    pub harness_command: Vec<Tmpl>,
+    pub harness_timeout: Option<Duration>,
+    pub roles: IndexMap<String, Role>,
+    pub roles_span: Option<std::ops::Range<usize>>,
+    pub allow: Vec<Str>,
+    pub deny: Vec<Str>,
+    pub worktree: bool,
+}
+
+impl LoopConfig {
+    /// Reads `loop.toml` (or a predecessor `loop.json`, converted) and checks its own keys.
+    pub fn read(
+        path: &Path,
+        base: &Path,
+        diags: &mut Diagnostics,
+    ) -> std::io::Result<Option<LoopConfig>> {
+        let text = std::fs::read_to_string(path)?;
+        let name = crate::diag::display_name(path, base);
+        let source = if path.extension().is_some_and(|e| e == "json") {
+            match json_to_toml(&text) {
+                Ok(t) => Source::new(format!("{name} (as TOML)"), path, t),
+                Err(e) => {
+                    let src = Source::new(name, path, text);
+                    diags.push(
+                        Diagnostic::error(
+                            Code::TomlSyntax,
+                            &src,
+                            0..0,
+                            format!("invalid JSON: {e}"),
+                        )
+                        .label("here")
+                        .help("fix the JSON, or convert the file to loop.toml"),
+                    );
+                    return Ok(None);
+                }
+            }
+        } else {
+            Source::new(name, path, text)
+        };
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        Ok(Self::parse(&source, &dir, diags))
+    }
+
+    pub fn parse(source: &SourceRef, dir: &Path, diags: &mut Diagnostics) -> Option<LoopConfig> {
+        let doc = toml_read::parse(source, diags)?;
+        let root = Table::new(source, doc.get_ref(), 0..0, "");
+        root.deny_unknown(
+            &[
+                "pipeline",
+                "work_source",
+                "brakes",
+                "schedule",
+                "harness",
+                "roles",
+                "blast_radius",
+                "worktree",
+            ],
+            diags,
+        );
+        let resolve = |s: &str| -> PathBuf {
+            let p = Path::new(s);
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                dir.join(p)
+            }
+        };
+        let pipeline = root.str("pipeline", diags).map(|s| (resolve(&s.value), s));
+
+        let work_source = match root.table("work_source", diags) {
+            None => WorkSource::Single,
+            Some(t) => {
+                t.deny_unknown(&["kind", "file", "command"], diags);
+                match t.str("kind", diags) {
+                    None => WorkSource::Single,
+                    Some(k) => match k.value.as_str() {
+                        "single" => WorkSource::Single,
+                        "backlog" => WorkSource::Backlog {
+                            file: resolve(
+                                &t.str("file", diags)
+                                    .map_or("BACKLOG.md".to_string(), |s| s.value),
+                            ),
+                        },
+                        "audit" => match t.str_list("command", diags) {
+                            Some((argv, _)) if !argv.is_empty() => WorkSource::Audit {
+                                command: argv
+                                    .iter()
+                                    .map(|s| Tmpl::literal(source, &s.value, s.span.clone()))
+                                    .collect(),
+                            },
+                            Some((_, span)) => {
+                                diags.push(empty_argv(source, span, "work_source.command"));
+                                WorkSource::Single
+                            }
+                            None => {
+                                if t.get("command").is_none() {
+                                    t.missing("command", "command = [\"./audit.sh\"]", diags);
+                                }
+                                WorkSource::Single
+                            }
+                        },
+                        other => {
+                            diags.push(
+                                Diagnostic::error(Code::InvalidValue, source, k.span, format!("unknown work source `{other}`"))
+                                    .label("not a work source")
+                                    .help("use \"single\" (the state's current task), \"backlog\" (a markdown checklist) or \"audit\" (a command's output lines)"),
+                            );
+                            WorkSource::Single
+                        }
+                    },
+                }
+            }
+        };
+
+        let brakes = read_brakes(&root, source, diags);
+        let interval_seconds = match root.table("schedule", diags) {
+            None => 3600,
+            Some(t) => {
+                t.deny_unknown(&["interval_seconds"], diags);
+                match t.uint("interval_seconds", diags) {
+                    Some((0, span)) => {
+                        diags.push(
+                            Diagnostic::error(
+                                Code::InvalidValue,
+                                source,
+                                span,
+                                "`schedule.interval_seconds` must be at least 1",
+                            )
+                            .label("zero")
+                            .help("use the number of seconds between ticks, e.g. 3600"),
+                        );
+                        3600
+                    }
+                    Some((n, _)) => n,
+                    None => 3600,
+                }
+            }
+        };
+
+        let mut harness_command: Vec<Tmpl> = DEFAULT_HARNESS
+            .iter()
+            .map(|s| Tmpl {
+                text: s.to_string(),
+                source: source.clone(),
+                origin: crate::template::Origin::Literal(0..0),
+            })
+            .collect();
+        let mut harness_timeout = None;
+        if let Some(t) = root.table("harness", diags) {
+            t.deny_unknown(&["command", "timeout"], diags);
+            if let Some(cmd) = argv(&t, "command", diags) {
+                harness_command = cmd;
+            }
+            harness_timeout = duration_key(&t, "timeout", diags);
+        }
+
+        let mut roles = IndexMap::new();
+        let mut roles_span = None;
+        if let Some(rt) = root.table("roles", diags) {
+            roles_span = Some(rt.span.clone());
+            for (name, t) in rt.subtables(diags) {
+                t.deny_unknown(&["prompt", "command", "model", "timeout", "cache"], diags);
+                let prompt = t.str("prompt", diags).map(|s| (resolve(&s.value), s));
+                let command = argv(&t, "command", diags);
+                let model = t
+                    .str("model", diags)
+                    .map(|s| s.value)
+                    .filter(|m| !m.is_empty());
+                let timeout = duration_key(&t, "timeout", diags);
+                let cache = t.bool("cache", diags).unwrap_or(false);
+                roles.insert(
+                    name.value.clone(),
+                    Role {
+                        name: name.value,
+                        prompt,
+                        command,
+                        model,
+                        timeout,
+                        cache,
+                    },
+                );
+            }
+        }
+
+        let (mut allow, mut deny) = (Vec::new(), Vec::new());
+        if let Some(t) = root.table("blast_radius", diags) {
+            t.deny_unknown(&["allow", "deny"], diags);
+            for (key, out) in [("allow", &mut allow), ("deny", &mut deny)] {
+                if let Some((globs, _)) = t.str_list(key, diags) {
+                    for g in globs {
+                        if let Err(e) = globset::Glob::new(&g.value) {
+                            diags.push(
+                                Diagnostic::error(
+                                    Code::InvalidValue,
+                                    source,
+                                    g.span.clone(),
+                                    format!("invalid glob: {e}"),
+                                )
+                                .label("not a glob")
+                                .help("use globs such as \"src/**\" or \"docs/*.md\""),
+                            );
+                        }
+                        out.push(g);
+                    }
+                }
+            }
+        }
+        let worktree = match root.table("worktree", diags) {
+            None => true,
+            Some(t) => {
+                t.deny_unknown(&["enabled"], diags);
+                t.bool("enabled", diags).unwrap_or(true)
+            }
+        };
+        Some(LoopConfig {
+            source: source.clone(),
+            dir: dir.to_path_buf(),
+            pipeline,
+            work_source,
+            brakes: brakes?,
+            interval_seconds,
+            harness_command,
+            harness_timeout,
+            roles,
+            roles_span,
+            allow,
+            deny,
+            worktree,
+        })
+    }
+
+    /// The argv templates a role runs: its own `command`, else `[harness] command`.
+    pub fn command_for(&self, role: &str) -> &[Tmpl] {
+        self.roles
+            .get(role)
+            .and_then(|r| r.command.as_deref())
+            .unwrap_or(&self.harness_command)
+    }
+
+    pub fn effective_max_iterations(&self, extra: u64) -> u64 {
+        self.brakes.max_iterations.saturating_add(extra)
+    }
+
+    /// Cross-checks the config against the pipeline it runs: every harness role has a
+    /// `[roles.<role>]` table and an existing prompt, every argv and prompt template only
+    /// uses what exists at its node, and model divergence is real (D12).
+    pub fn check_against(&self, pipeline: &Pipeline, base: &Path, diags: &mut Diagnostics) {
+        let mut prompt_sources: IndexMap<PathBuf, Option<SourceRef>> = IndexMap::new();
+        for (v, node) in pipeline.nodes.iter().enumerate() {
+            let Some(role) = node.spec.role() else {
+                continue;
+            };
+            let Some(cfg) = self.roles.get(&role.value) else {
+                let span = self.roles_span.clone().unwrap_or(0..0);
+                let known: Vec<&str> = self.roles.keys().map(String::as_str).collect();
+                let mut d = Diagnostic::error(
+                    Code::MissingRole,
+                    &self.source,
+                    span,
+                    format!(
+                        "role `{}` (node `{}` in {}) has no `[roles.{}]` table",
+                        role.value, node.id.value, pipeline.source.name, role.value
+                    ),
+                )
+                .label(if self.roles_span.is_some() {
+                    "no such role here"
+                } else {
+                    "this file has no [roles]"
+                });
+                d = match suggest(&role.value, known.iter().copied()) {
+                    Some(s) => d.help(format!("did you mean to name the table `[roles.{}]`? It is `[roles.{s}]`", role.value)),
+                    None => d.help(format!(
+                        "add `[roles.{}]` with `prompt = \"prompts/loop-{}.md\"`; roles configured: {}",
+                        role.value,
+                        role.value,
+                        list(&known)
+                    )),
+                };
+                diags.push(d);
+                continue;
+            };
+            for t in self.command_for(&role.value) {
+                if matches!(t.origin, crate::template::Origin::Literal(ref r) if *r == (0..0)) {
+                    continue; // the built-in default harness
+                }
+                pipeline.check_template(t, v, TemplatePlace::Node, diags);
+            }
+            match &cfg.prompt {
+                None => diags.push(
+                    Diagnostic::error(
+                        Code::MissingKey,
+                        &self.source,
+                        self.roles_span.clone().unwrap_or(0..0),
+                        format!("`[roles.{}]` has no `prompt`", role.value),
+                    )
+                    .label("this role needs a prompt")
+                    .help(format!(
+                        "add `prompt = \"prompts/loop-{}.md\"` to `[roles.{}]`",
+                        role.value, role.value
+                    )),
+                ),
+                Some((path, lit)) => {
+                    let src = prompt_sources
+                        .entry(path.clone())
+                        .or_insert_with(|| Source::read(path, base).ok())
+                        .clone();
+                    match src {
+                        None => diags.push(
+                            Diagnostic::error(
+                                Code::MissingPrompt,
+                                &self.source,
+                                lit.span.clone(),
+                                format!("prompt file `{}` does not exist", crate::diag::display_name(path, base)),
+                            )
+                            .label("no such file")
+                            .help(format!(
+                                "relative prompt paths resolve against {}; create the file or fix the path",
+                                crate::diag::display_name(&self.dir, base)
+                            )),
+                        ),
+                        Some(src) => pipeline.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags),
+                    }
+                }
+            }
+        }
+        self.check_model_divergence(pipeline, diags);
+    }
+
+    /// D12: when implement and verify name different models, the command each runs must
+    /// pass `{{model}}`, or both would silently use the agent's default model.
+    fn check_model_divergence(&self, pipeline: &Pipeline, diags: &mut Diagnostics) {
+        let model = |r: &str| self.roles.get(r).and_then(|r| r.model.clone());
+        let (Some(mi), Some(mv)) = (model("implement"), model("verify")) else {
+            return;
+        };
+        if mi == mv {
+            return;
+        }
+        let roles_used: Vec<&str> = pipeline
+            .nodes
+            .iter()
+            .filter_map(|n| n.spec.role().map(|r| r.value.as_str()))
+            .collect();
+        for role in ["implement", "verify"] {
+            if !roles_used.contains(&role) {
+                continue;
+            }
+            let cmd = self.command_for(role);
+            if cmd.iter().any(|t| t.text.contains("model")) {
+                continue;
+            }
+            let span = cmd
+                .first()
+                .map(|t| t.whole_span())
+                .filter(|s| *s != (0..0))
+                .or_else(|| self.roles_span.clone())
+                .unwrap_or(0..0);
+            diags.push(
+                Diagnostic::error(
+                    Code::ModelNotPassed,
+                    &self.source,
+                    span,
+                    format!(
+                        "implement uses model `{mi}` and verify `{mv}`, but the `{role}` command never passes `{{{{model}}}}`"
+                    ),
+                )
+                .label("this command runs the agent's default model")
+                .help("add the agent's model flag with `{{model}}`, e.g. `\"--model\", \"{{model}}\"`, so verification is really done by a different model"),
+            );
+        }
+    }
+}
+
+fn empty_argv(source: &SourceRef, span: std::ops::Range<usize>, key: &str) -> Diagnostic {
+    Diagnostic::error(Code::EmptyArgv, source, span, format!("`{key}` is empty"))
+        .label("nothing to run")
+        .help("give the program and its arguments, e.g. [\"cargo\", \"test\"]")
+}
+
+/// A command: a non-empty list of templates, one argv element each.
+pub fn argv(t: &Table<'_, '_>, key: &str, diags: &mut Diagnostics) -> Option<Vec<Tmpl>> {
+    let (items, span) = t.str_list(key, diags)?;
+    if items.is_empty() {
+        diags.push(empty_argv(
+            t.source,
+            span,
+            format!("{}.{key}", t.path).trim_start_matches('.'),
+        ));
+        return None;
+    }
+    Some(
+        items
+            .iter()
+            .map(|s| Tmpl::literal(t.source, &s.value, s.span.clone()))
+            .collect(),
+    )
+}
+
+fn read_brakes(
+    root: &Table<'_, '_>,
+    source: &SourceRef,
+    diags: &mut Diagnostics,
+) -> Option<Brakes> {
+    let Some(t) = root.table("brakes", diags) else {
+        if root.get("brakes").is_none() {
+            diags.push(
+                Diagnostic::error(
+                    Code::MissingKey,
+                    source,
+                    0..source.text.find('\n').unwrap_or(0),
+                    "missing required key `brakes.max_iterations`",
+                )
+                .label("this loop has no `[brakes]` table")
+                .help(
+                    "add `[brakes]` with `max_iterations = 10`: every loop needs an iteration cap",
+                ),
+            );
+        }
+        return None;
+    };
+    t.deny_unknown(
+        &[
+            "max_iterations",
+            "max_budget_usd",
+            "max_tokens",
+            "max_seconds",
+            "score_plateau_window",
+            "score_plateau_epsilon",
+            "min_context_tokens",
+            "context_tokens",
+            "run_phases",
+            "goal_score",
+            "max_consecutive_aborts",
+        ],
+        diags,
+    );
+    let max_iterations = t.uint("max_iterations", diags);
+    if max_iterations.is_none() && t.get("max_iterations").is_none() {
+        t.missing("max_iterations", "max_iterations = 10", diags);
+    }
+    let positive = |key: &str, diags: &mut Diagnostics| -> Option<f64> {
+        let (n, span) = t.number(key, diags)?;
+        if n <= 0.0 {
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    source,
+                    span,
+                    format!("`brakes.{key}` must be greater than zero"),
+                )
+                .label("not positive")
+                .help(format!(
+                    "remove `{key}` for no limit, or give a positive number"
+                )),
+            );
+            return None;
+        }
+        Some(n)
+    };
+    let max_budget_usd = positive("max_budget_usd", diags);
+    let max_seconds = positive("max_seconds", diags);
+    let max_tokens = t.uint("max_tokens", diags).map(|x| x.0);
+    let score_plateau_window = match t.uint("score_plateau_window", diags) {
+        Some((0, span)) => {
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    source,
+                    span,
+                    "`brakes.score_plateau_window` must be at least 1",
+                )
+                .label("zero")
+                .help("the number of recent scores compared for a plateau; the default is 3"),
+            );
+            3
+        }
+        Some((n, _)) => n as usize,
+        None => 3,
+    };
+    let score_plateau_epsilon = match t.number("score_plateau_epsilon", diags) {
+        Some((n, span)) if n < 0.0 => {
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    source,
+                    span,
+                    "`brakes.score_plateau_epsilon` cannot be negative",
+                )
+                .label("negative")
+                .help("the largest score spread counted as flat; the default is 0.0"),
+            );
+            0.0
+        }
+        Some((n, _)) => n,
+        None => 0.0,
+    };
+    let min_context_tokens = match t.uint("min_context_tokens", diags) {
+        Some((n, span)) if n < HARD_CONTEXT_FLOOR => {
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    source,
+                    span,
+                    format!("`brakes.min_context_tokens` cannot be below the hard floor of {HARD_CONTEXT_FLOOR}"),
+                )
+                .label(format!("{n} < {HARD_CONTEXT_FLOOR}"))
+                .help(format!("remove it (the default is {HARD_CONTEXT_FLOOR}) or raise it")),
+            );
+            HARD_CONTEXT_FLOOR
+        }
+        Some((n, _)) => n,
+        None => HARD_CONTEXT_FLOOR,
+    };
+    let context_tokens = t.uint("context_tokens", diags).map(|x| x.0);
+    let run_phases = t
+        .str_list("run_phases", diags)
+        .map(|(v, _)| v.into_iter().map(|s| s.value).collect())
+        .unwrap_or_else(|| vec!["implement".to_string()]);
+    let goal_score = match t.number("goal_score", diags) {
+        Some((n, span)) if !(0.0..=1.0).contains(&n) => {
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    source,
+                    span,
+                    "`brakes.goal_score` must be between 0.0 and 1.0",
+                )
+                .label("out of range")
+                .help("verdict scores run from 0.0 to 1.0; the default goal is 1.0"),
+            );
+            1.0
+        }
+        Some((n, _)) => n,
+        None => 1.0,
+    };
+    let max_consecutive_aborts = match t.uint("max_consecutive_aborts", diags) {
+        Some((0, span)) => {
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    source,
+                    span,
+                    "`brakes.max_consecutive_aborts` must be at least 1",
+                )
+                .label("zero")
+                .help("the number of aborted ticks in a row that halts the loop; the default is 3"),
+            );
+            3
+        }
+        Some((n, _)) => n.min(u64::from(u32::MAX)) as u32,
+        None => 3,
+    };
+    Some(Brakes {
+        max_iterations: max_iterations?.0,
+        max_budget_usd,
+        max_tokens,
+        max_seconds,
+        score_plateau_window,
+        score_plateau_epsilon,
+        min_context_tokens,
+        context_tokens,
+        run_phases,
+        goal_score,
+        max_consecutive_aborts,
+    })
+}
+
+/// A predecessor `loop.json`, rewritten as TOML so one reader checks both.
+fn json_to_toml(text: &str) -> Result<String, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let t: toml::Table = serde_json::from_value(v).map_err(|e| e.to_string())?;
+    toml::to_string(&t).map_err(|e| e.to_string())
+}

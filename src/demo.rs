@@ -1,0 +1,199 @@
+//! `loopflow demo`: a real loop in a throw-away project, driven by a built-in fake agent
+//! (this same binary), ticked until it halts on its own brakes. Offline, nothing to install.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use clap::Args;
+
+use crate::exec::{Outcome, RunOptions, run_tick};
+use crate::exit;
+use crate::project::{CreateOptions, create};
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Where to build the demo project (default: a new temporary directory, kept so you can look around).
+    #[arg(long, value_name = "D")]
+    pub dir: Option<PathBuf>,
+    /// Print a JSON summary line per tick.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FakeAgentArgs {
+    /// implement | verify | orchestrate
+    #[arg(long)]
+    pub role: String,
+    /// The rendered prompt file (read, to prove it exists).
+    #[arg(long)]
+    pub prompt: Option<PathBuf>,
+    /// Scores to report, one per tick (verify); the last one repeats.
+    #[arg(long, value_delimiter = ',', default_value = "0.35,0.6,0.75,0.8")]
+    pub scores: Vec<f64>,
+}
+
+/// The fake agent: implement edits a file, verify grades with a score that rises then
+/// plateaus, orchestrate summarises. Behaves like an agent: reads its prompt, edits files
+/// in its working directory, prints a verdict.
+pub fn fake_agent(a: FakeAgentArgs) -> i32 {
+    let tick: usize = std::env::var("LOOPFLOW_TICK")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
+    if let Some(p) = &a.prompt
+        && std::fs::read_to_string(p).is_err()
+    {
+        eprintln!("fake-agent: cannot read prompt {}", p.display());
+        return 1;
+    }
+    match a.role.as_str() {
+        "implement" => {
+            let line = format!("- iteration {tick}: tightened the parser and added a test\n");
+            let r = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open("NOTES.md")
+                .and_then(|mut f| f.write_all(line.as_bytes()));
+            if let Err(e) = r {
+                eprintln!("fake-agent: {e}");
+                return 1;
+            }
+            println!("edited NOTES.md");
+            0
+        }
+        "verify" => {
+            let score = a
+                .scores
+                .get(tick - 1)
+                .or(a.scores.last())
+                .copied()
+                .unwrap_or(0.5);
+            let v = serde_json::json!({
+                "pass": score >= 0.8,
+                "score": score,
+                "reasons": [format!("iteration {tick}: {} of the checklist is done", (score * 100.0).round() / 100.0)],
+                "next_hint": "cover the error paths next",
+                "cost_usd": 0.02,
+                "tokens": 1500,
+            });
+            println!("Reviewed the change in a fresh session.\n\n```json\n{v}\n```");
+            0
+        }
+        "orchestrate" => {
+            println!("orchestrator: iteration {tick} reviewed; keep going");
+            0
+        }
+        other => {
+            eprintln!("fake-agent: unknown role {other}");
+            2
+        }
+    }
+}
+
+fn print_log(path: &Path) {
+    if let Ok(text) = std::fs::read_to_string(path) {
+        for line in text.lines() {
+            println!("  {line}");
+        }
+    }
+}
+
+pub fn demo(a: DemoArgs) -> i32 {
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => match tempfile::Builder::new().prefix("loopflow-demo-").tempdir() {
+            Ok(t) => t.keep(),
+            Err(e) => {
+                eprintln!("error: cannot create a temporary directory: {e}");
+                return exit::STATE;
+            }
+        },
+    };
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("error: {}: {e}", dir.display());
+        return exit::STATE;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(e) => e.display().to_string(),
+        Err(e) => {
+            eprintln!("error: cannot find the loopflow binary: {e}");
+            return exit::STATE;
+        }
+    };
+    println!("loopflow demo: a real loop, a fake agent, no network\n");
+    println!("project: {}", dir.display());
+    let o = CreateOptions {
+        name: "demo",
+        template: "default",
+        task: Some("Make the parser handle empty input".into()),
+        worktree: false,
+        harness: Some(vec![
+            exe.clone(),
+            "fake-agent".into(),
+            "--role".into(),
+            "{{role}}".into(),
+            "--prompt".into(),
+            "{{prompt}}".into(),
+        ]),
+    };
+    let paths = match create(&dir, &o) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::STATE;
+        }
+    };
+    // The fake agent reports its own context size; the demo says so explicitly.
+    let cfg_path = paths.dir.join("loop.toml");
+    if let Ok(t) = std::fs::read_to_string(&cfg_path) {
+        let _ = std::fs::write(
+            &cfg_path,
+            t.replace("# context_tokens = 32000", "context_tokens = 32000"),
+        );
+    }
+    println!(
+        "loop:    demo (task: \"Make the parser handle empty input\", max 10 iterations, plateau window 3)"
+    );
+    println!("agent:   {exe} fake-agent --role {{{{role}}}} --prompt {{{{prompt}}}}\n");
+    let cancel = AtomicBool::new(false);
+    let opts = RunOptions::default();
+    for _ in 0..20 {
+        match run_tick(&dir, "demo", &opts, &cancel) {
+            Ok(s) => {
+                println!("  {}", s.human());
+                if a.json {
+                    println!("{}", serde_json::to_string(&s).unwrap_or_default());
+                }
+                if matches!(s.outcome, Outcome::Halt | Outcome::Abort)
+                    || s.reason.as_deref().is_some_and(|r| r.starts_with("halted"))
+                {
+                    break;
+                }
+            }
+            Err(e) => return crate::cli::run_report(&e),
+        }
+    }
+    println!("\n.state.log:");
+    print_log(&paths.log);
+    println!("\nstatus:");
+    let rows: Vec<serde_json::Value> = match crate::cli::status_json(&dir, "demo") {
+        Some(r) => vec![r],
+        None => Vec::new(),
+    };
+    for line in crate::cli::status_table(&rows).lines() {
+        println!("  {line}");
+    }
+    println!("\nThe loop halted on its own brakes and waits for a human. Next steps:");
+    println!("  loopflow --project {} status", dir.display());
+    println!(
+        "  loopflow --project {} approve --loop demo --note \"looked good\" --extend 3",
+        dir.display()
+    );
+    println!(
+        "  loopflow --project {} run --loop demo --json",
+        dir.display()
+    );
+    exit::OK
+}

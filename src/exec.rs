@@ -1,0 +1,857 @@
+//! The executor: loads a loop, takes its tick lock, walks the pipeline's DAG and runs each
+//! node through the same machinery (conditions, retries, timeouts, `on_failure`,
+//! optional parallel waves). It knows outcomes, never node kinds by name.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use handlebars::Handlebars;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::config::LoopConfig;
+use crate::diag::{Diagnostics, Source};
+use crate::node::{NodeOutput, NodeRun};
+use crate::pipeline::{Node, OnFailure, Pipeline};
+use crate::state::{LogArg, LoopPaths, State, StateError};
+use crate::template;
+use crate::verdict::Verdict;
+
+/// Everything a tick's nodes share.
+pub struct TickEnv<'a> {
+    pub paths: &'a LoopPaths,
+    pub config: &'a LoopConfig,
+    pub pipeline: &'a Pipeline,
+    /// The state as it was when the tick started.
+    pub state: State,
+    /// The tick number: `iteration_count + 1`.
+    pub tick: u64,
+    pub cwd: PathBuf,
+    pub hb: Handlebars<'static>,
+    pub cancel: &'a AtomicBool,
+    pub dry_run: bool,
+    /// The task the gate found (work sources other than `single` supply it).
+    pub task: Option<String>,
+}
+
+/// What one node sees when it runs.
+pub struct NodeCtx<'a> {
+    pub env: &'a TickEnv<'a>,
+    pub index: usize,
+    pub node: &'a Node,
+    /// Template variables at this node (DESIGN §5).
+    pub vars: Value,
+    /// Outputs of every node upstream of this one, in topological order.
+    pub upstream: Vec<(&'a str, NodeOutput)>,
+}
+
+impl NodeCtx<'_> {
+    /// The verdict of the nearest upstream verdict node.
+    pub fn verdict(&self) -> Option<&Verdict> {
+        self.upstream
+            .iter()
+            .rev()
+            .find_map(|(_, o)| o.verdict.as_ref())
+    }
+
+    pub fn upstream_output(&self, id: &str) -> Option<&NodeOutput> {
+        self.upstream.iter().find(|(i, _)| *i == id).map(|(_, o)| o)
+    }
+
+    /// Seconds spent in processes upstream (for `max_seconds`).
+    pub fn upstream_seconds(&self) -> f64 {
+        self.upstream.iter().map(|(_, o)| o.seconds).sum()
+    }
+
+    /// `outputs/<N>-<name>.<ext>`
+    pub fn output_file(&self, name: &str, ext: &str) -> PathBuf {
+        self.env
+            .paths
+            .outputs
+            .join(format!("{}-{}.{}", self.env.tick, name, ext))
+    }
+
+    pub fn render(&self, text: &str) -> Result<String, String> {
+        template::render(&self.env.hb, text, &self.vars)
+    }
+
+    /// Environment every spawned process gets.
+    pub fn child_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("LOOPFLOW_LOOP".into(), self.env.paths.name.clone()),
+            (
+                "LOOPFLOW_PROJECT".into(),
+                self.env.paths.project.display().to_string(),
+            ),
+            ("LOOPFLOW_TICK".into(), self.env.tick.to_string()),
+            ("LOOPFLOW_NODE".into(), self.node.id.value.clone()),
+        ]
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Tick,
+    Skip,
+    Halt,
+    Abort,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeSummary {
+    pub id: String,
+    /// ok | failed | skipped | not_run
+    pub status: &'static str,
+    pub ms: u64,
+}
+
+/// The `--json` tick summary (DESIGN §10).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    #[serde(rename = "loop")]
+    pub loop_name: String,
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+    pub iteration: u64,
+    pub pass: Option<bool>,
+    pub score: Option<f64>,
+    pub nodes: Vec<NodeSummary>,
+    #[serde(skip)]
+    pub interrupted: bool,
+}
+
+impl Summary {
+    fn bare(name: &str, outcome: Outcome, reason: &str, iteration: u64) -> Summary {
+        Summary {
+            loop_name: name.to_string(),
+            outcome,
+            reason: Some(reason.to_string()),
+            iteration,
+            pass: None,
+            score: None,
+            nodes: Vec::new(),
+            interrupted: false,
+        }
+    }
+
+    /// One line for people: `tick 3 of demo: pass=true score=0.8`.
+    pub fn human(&self) -> String {
+        let what = match self.outcome {
+            Outcome::Tick => "ticked",
+            Outcome::Skip => "skipped",
+            Outcome::Halt => "halted",
+            Outcome::Abort => "aborted",
+        };
+        let mut s = format!("loop {} {what}", self.loop_name);
+        if let Some(r) = &self.reason {
+            s.push_str(&format!(" ({r})"));
+        }
+        s.push_str(&format!(", iteration {}", self.iteration));
+        if let (Some(p), Some(sc)) = (self.pass, self.score) {
+            s.push_str(&format!(", pass={p} score={sc}"));
+        }
+        s
+    }
+}
+
+/// Why a tick could not run at all. Each maps to one exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("invalid configuration")]
+    Config(Diagnostics),
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub pipeline: Option<PathBuf>,
+    pub dry_run: bool,
+    pub parallel: bool,
+}
+
+/// Where the tick ended up, before the summary is assembled.
+enum End {
+    Done,
+    Skip(String),
+    Halt(String, Option<String>),
+    Abort { node: String, reason: String },
+}
+
+/// What a successful tick load produced: the config and pipeline, checked.
+pub struct Loaded {
+    pub config: LoopConfig,
+    pub pipeline: Pipeline,
+}
+
+/// Reads and cross-checks `loop.toml` and its pipeline; every problem is returned.
+pub fn load_loop(
+    paths: &LoopPaths,
+    pipeline_arg: Option<&Path>,
+    base: &Path,
+) -> Result<Loaded, RunError> {
+    let mut diags = Diagnostics::default();
+    let cfg_path = paths.config();
+    let config = LoopConfig::read(&cfg_path, base, &mut diags).map_err(|e| {
+        RunError::State(StateError::Io {
+            path: cfg_path.clone(),
+            source: e,
+        })
+    })?;
+    let pipeline_path = pipeline_arg.map(Path::to_path_buf).or_else(|| {
+        config
+            .as_ref()
+            .and_then(|c| c.pipeline.as_ref().map(|p| p.0.clone()))
+    });
+    let pipeline = match &pipeline_path {
+        None => Some(Pipeline::builtin()),
+        Some(p) => match Source::read(p, base) {
+            Ok(src) => Pipeline::load(&src, &mut diags),
+            Err(e) => {
+                return Err(RunError::Usage(format!(
+                    "cannot read pipeline {}: {e}",
+                    p.display()
+                )));
+            }
+        },
+    };
+    if let (Some(c), Some(p)) = (&config, &pipeline) {
+        c.check_against(p, base, &mut diags);
+    }
+    if diags.has_errors() {
+        diags.sort();
+        return Err(RunError::Config(diags));
+    }
+    match (config, pipeline) {
+        (Some(config), Some(pipeline)) => Ok(Loaded { config, pipeline }),
+        _ => Err(RunError::Config(diags)),
+    }
+}
+
+/// One tick of one loop (DESIGN §10 `run`).
+pub fn run_tick(
+    project: &Path,
+    name: &str,
+    opts: &RunOptions,
+    cancel: &AtomicBool,
+) -> Result<Summary, RunError> {
+    crate::project::check_loop_name(name).map_err(RunError::Usage)?;
+    let paths = LoopPaths::new(project, name);
+    if !paths.dir.is_dir() {
+        return Ok(Summary::bare(name, Outcome::Skip, "unknown_loop", 0));
+    }
+    if !paths.state.exists() {
+        if !opts.dry_run {
+            paths.log("SKIP", &[LogArg::Kv("reason", "untracked".into())])?;
+        }
+        return Ok(Summary::bare(name, Outcome::Skip, "untracked", 0));
+    }
+    let _lock = if opts.dry_run {
+        None
+    } else {
+        match paths.try_lock_tick()? {
+            Some(l) => Some(l),
+            None => {
+                paths.log("SKIP", &[LogArg::Kv("reason", "locked".into())])?;
+                return Ok(Summary::bare(name, Outcome::Skip, "locked", 0));
+            }
+        }
+    };
+    let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
+    let state = match paths.load() {
+        Ok(s) => s,
+        Err(e) => {
+            if !opts.dry_run {
+                let _ = paths.log("ERROR", &[LogArg::Kv("reason", "state_unreadable".into())]);
+            }
+            return Err(e.into());
+        }
+    };
+    let loaded = match load_loop(&paths, opts.pipeline.as_deref(), &base) {
+        Ok(l) => l,
+        Err(e) => {
+            if !opts.dry_run && matches!(e, RunError::Config(_)) {
+                let _ = paths.log("ERROR", &[LogArg::Kv("reason", "invalid_config".into())]);
+            }
+            return Err(e);
+        }
+    };
+    let gate = crate::brakes::evaluate(&loaded.config, &state, &paths);
+    let cwd = if loaded.config.worktree {
+        state
+            .worktree_path
+            .as_ref()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| paths.worktree.clone())
+    } else {
+        project.to_path_buf()
+    };
+    let env = TickEnv {
+        paths: &paths,
+        config: &loaded.config,
+        pipeline: &loaded.pipeline,
+        tick: state.iteration_count + 1,
+        task: gate
+            .task
+            .as_ref()
+            .map(|t| t.title.clone())
+            .or_else(|| state.current_task.clone()),
+        state,
+        cwd,
+        hb: template::engine(),
+        cancel,
+        dry_run: opts.dry_run,
+    };
+    if opts.dry_run {
+        return Ok(dry_run(&env, &gate));
+    }
+    std::fs::create_dir_all(&paths.outputs).map_err(|e| StateError::Io {
+        path: paths.outputs.clone(),
+        source: e,
+    })?;
+    execute(&env, opts.parallel)
+}
+
+/// Variables every node sees.
+fn base_vars(env: &TickEnv<'_>) -> Map<String, Value> {
+    let last = env.state.last_verdict.as_ref();
+    let mut m = Map::new();
+    m.insert("loop".into(), json!(env.paths.name));
+    m.insert(
+        "project".into(),
+        json!(env.paths.project.display().to_string()),
+    );
+    m.insert("iteration".into(), json!(env.tick));
+    m.insert("cwd".into(), json!(env.cwd.display().to_string()));
+    m.insert(
+        "current_task".into(),
+        json!(env.task.clone().unwrap_or_default()),
+    );
+    m.insert("current_phase".into(), json!(env.state.current_phase));
+    m.insert(
+        "reasons".into(),
+        json!(last.map(|v| v.reasons.clone()).unwrap_or_default()),
+    );
+    m.insert(
+        "next_hint".into(),
+        json!(last.and_then(|v| v.next_hint.clone()).unwrap_or_default()),
+    );
+    m
+}
+
+struct Walk<'a> {
+    env: &'a TickEnv<'a>,
+    base: Map<String, Value>,
+    outputs: Vec<Option<NodeOutput>>,
+    status: Vec<&'static str>,
+    ms: Vec<u64>,
+    committed: Option<(Box<State>, Option<String>)>,
+    when_skip: Option<String>,
+}
+
+impl<'a> Walk<'a> {
+    fn new(env: &'a TickEnv<'a>) -> Self {
+        let n = env.pipeline.nodes.len();
+        Walk {
+            env,
+            base: base_vars(env),
+            outputs: vec![None; n],
+            status: vec!["not_run"; n],
+            ms: vec![0; n],
+            committed: None,
+            when_skip: None,
+        }
+    }
+
+    fn ctx(&self, v: usize) -> NodeCtx<'a> {
+        let p = self.env.pipeline;
+        let node = &p.nodes[v];
+        let mut vars = self.base.clone();
+        let mut nodes = Map::new();
+        let mut upstream = Vec::new();
+        let mut verdict_text = None;
+        let mut artifact = None;
+        if let Some(dag) = &p.dag {
+            for &u in &dag.order {
+                if !dag.is_ancestor(u, v) {
+                    continue;
+                }
+                let Some(out) = &self.outputs[u] else {
+                    continue;
+                };
+                let id = p.nodes[u].id.value.as_str();
+                nodes.insert(
+                    id.to_string(),
+                    json!({
+                        "stdout_path": out.stdout_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                        "stderr_path": out.stderr_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+                        "exit_code": out.exit_code,
+                        "output": out.output.clone().unwrap_or_default(),
+                    }),
+                );
+                if let Some(vd) = &out.verdict {
+                    verdict_text = Some(serde_json::to_string(vd).unwrap_or_default());
+                }
+                if p.nodes[u]
+                    .spec
+                    .role()
+                    .is_some_and(|r| r.value == "implement")
+                {
+                    artifact = out.output_path.as_ref().map(|p| p.display().to_string());
+                }
+                upstream.push(u);
+            }
+        }
+        vars.insert("nodes".into(), Value::Object(nodes));
+        vars.insert("node".into(), json!(node.id.value));
+        let out_name = node
+            .spec
+            .role()
+            .map_or(node.id.value.as_str(), |r| r.value.as_str());
+        vars.insert(
+            "output".into(),
+            json!(
+                self.env
+                    .paths
+                    .outputs
+                    .join(format!("{}-{}.json", self.env.tick, out_name))
+                    .display()
+                    .to_string()
+            ),
+        );
+        if let Some(vt) = verdict_text {
+            vars.insert("verdict".into(), json!(vt));
+        }
+        if let Some(a) = artifact {
+            vars.insert("artifact".into(), json!(a));
+        }
+        let upstream = upstream
+            .into_iter()
+            .filter_map(|u| Some((p.nodes[u].id.value.as_str(), self.outputs[u].clone()?)))
+            .collect();
+        NodeCtx {
+            env: self.env,
+            index: v,
+            node,
+            vars: Value::Object(vars),
+            upstream,
+        }
+    }
+
+    /// Marks `v` and everything downstream as skipped by a false `when`.
+    fn skip_from(&mut self, v: usize) {
+        let p = self.env.pipeline;
+        let Some(dag) = &p.dag else { return };
+        let mut set = dag.descendants(v);
+        set.push(v);
+        for d in set {
+            if self.status[d] == "not_run" {
+                self.status[d] = "skipped";
+                if p.nodes[d].spec.commits() && self.when_skip.is_none() {
+                    self.when_skip = Some(p.nodes[v].id.value.clone());
+                }
+            }
+        }
+    }
+}
+
+/// Runs one node with its retries; the walk applies the result.
+fn run_node(ctx: &NodeCtx<'_>) -> (NodeRun, u64) {
+    let start = Instant::now();
+    let mut attempt = 0;
+    loop {
+        let r = ctx.node.spec.run(ctx);
+        if let NodeRun::Failed { reason, .. } = &r
+            && attempt < ctx.node.retries
+            && reason != "interrupted"
+        {
+            attempt += 1;
+            let _ = ctx.env.paths.log(
+                "RETRY",
+                &[
+                    LogArg::Kv("node", ctx.node.id.value.clone()),
+                    LogArg::Kv("attempt", (attempt + 1).to_string()),
+                    LogArg::Kv("reason", reason.clone()),
+                ],
+            );
+            continue;
+        }
+        return (r, start.elapsed().as_millis() as u64);
+    }
+}
+
+fn execute(env: &TickEnv<'_>, parallel: bool) -> Result<Summary, RunError> {
+    let p = env.pipeline;
+    let Some(dag) = &p.dag else {
+        return Err(RunError::Config(Diagnostics::default()));
+    };
+    let mut walk = Walk::new(env);
+    let mut end = End::Done;
+    let mut remaining: Vec<usize> = dag.order.clone();
+    'waves: while !remaining.is_empty() {
+        // A wave: every node whose needs are all settled. Sequential runs take one node.
+        let mut wave = Vec::new();
+        for &v in &remaining {
+            let ready = p.nodes[v].needs.iter().all(|n| {
+                p.index
+                    .get(&n.value)
+                    .is_some_and(|&u| walk.status[u] != "not_run" || walk.outputs[u].is_some())
+            });
+            if ready {
+                wave.push(v);
+                if !parallel {
+                    break;
+                }
+            }
+        }
+        if wave.is_empty() {
+            break;
+        }
+        remaining.retain(|v| !wave.contains(v));
+        let mut to_run = Vec::new();
+        for &v in &wave {
+            if walk.status[v] == "skipped" {
+                continue;
+            }
+            if env.cancel.load(std::sync::atomic::Ordering::SeqCst) {
+                end = End::Abort {
+                    node: p.nodes[v].id.value.clone(),
+                    reason: "interrupted".into(),
+                };
+                break 'waves;
+            }
+            let ctx = walk.ctx(v);
+            if let Some(when) = &p.nodes[v].when {
+                match ctx.render(&when.text) {
+                    Ok(r) if template::truthy(&r) => {}
+                    Ok(_) => {
+                        walk.skip_from(v);
+                        continue;
+                    }
+                    Err(e) => {
+                        end = End::Abort {
+                            node: p.nodes[v].id.value.clone(),
+                            reason: format!("when:{e}"),
+                        };
+                        break 'waves;
+                    }
+                }
+            }
+            to_run.push((v, ctx));
+        }
+        let results: Vec<(usize, NodeRun, u64)> = if to_run.len() > 1 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = to_run
+                    .iter()
+                    .map(|(v, ctx)| {
+                        let v = *v;
+                        s.spawn(move || {
+                            let (r, ms) = run_node(ctx);
+                            (v, r, ms)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            (
+                                0,
+                                NodeRun::Failed {
+                                    reason: "panic".into(),
+                                    output: NodeOutput::default(),
+                                },
+                                0,
+                            )
+                        })
+                    })
+                    .collect()
+            })
+        } else {
+            to_run
+                .iter()
+                .map(|(v, ctx)| {
+                    let (r, ms) = run_node(ctx);
+                    (*v, r, ms)
+                })
+                .collect()
+        };
+        drop(to_run);
+        // Apply results in topological order so parallel and sequential runs agree.
+        let mut stop = None;
+        for (v, r, ms) in results {
+            walk.ms[v] = ms;
+            let node = &p.nodes[v];
+            match r {
+                NodeRun::Ok(out) => {
+                    walk.status[v] = "ok";
+                    walk.outputs[v] = Some(out);
+                }
+                NodeRun::Failed { reason, output } => {
+                    walk.status[v] = "failed";
+                    walk.outputs[v] = Some(output);
+                    if reason == "interrupted" {
+                        stop.get_or_insert(End::Abort {
+                            node: node.id.value.clone(),
+                            reason,
+                        });
+                        continue;
+                    }
+                    match node.on_failure {
+                        OnFailure::Continue => {}
+                        OnFailure::Abort => {
+                            stop.get_or_insert(End::Abort {
+                                node: node.id.value.clone(),
+                                reason,
+                            });
+                        }
+                        OnFailure::Halt => {
+                            stop.get_or_insert(End::Halt(
+                                "human_intervention:node_failed".into(),
+                                Some(format!("node {} failed: {reason}", node.id.value)),
+                            ));
+                        }
+                    }
+                }
+                NodeRun::Skip(reason) => {
+                    walk.status[v] = "ok";
+                    stop.get_or_insert(End::Skip(reason));
+                }
+                NodeRun::Halt { reason, detail } => {
+                    walk.status[v] = "ok";
+                    stop.get_or_insert(End::Halt(reason, detail));
+                }
+                NodeRun::Committed { state, halted } => {
+                    walk.status[v] = "ok";
+                    walk.outputs[v] = Some(NodeOutput::default());
+                    walk.committed = Some((state, halted));
+                }
+            }
+        }
+        if let Some(s) = stop {
+            end = s;
+            break;
+        }
+    }
+    finish(env, walk, end)
+}
+
+fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunError> {
+    let p = env.pipeline;
+    let paths = env.paths;
+    let nodes: Vec<NodeSummary> = p
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| NodeSummary {
+            id: n.id.value.clone(),
+            status: walk.status[i],
+            ms: walk.ms[i],
+        })
+        .collect();
+    let verdict = walk
+        .outputs
+        .iter()
+        .flatten()
+        .rev()
+        .find_map(|o| o.verdict.clone());
+    let mut summary = Summary {
+        loop_name: paths.name.clone(),
+        outcome: Outcome::Tick,
+        reason: None,
+        iteration: env.state.iteration_count,
+        pass: verdict.as_ref().map(|v| v.pass),
+        score: verdict.as_ref().map(|v| v.score),
+        nodes,
+        interrupted: false,
+    };
+    // A commit already happened: the tick counts, whatever came after it.
+    if let Some((state, halted)) = walk.committed {
+        summary.iteration = state.iteration_count;
+        if let Some(h) = halted {
+            summary.outcome = Outcome::Halt;
+            summary.reason = Some(h);
+        }
+        if let End::Abort { node, reason } | End::Halt(node, Some(reason)) = &end {
+            // Nodes after the commit failed: logged, but the iteration stands.
+            paths.log(
+                "WARN",
+                &[
+                    LogArg::Kv("node", node.clone()),
+                    LogArg::Kv("reason", reason.clone()),
+                    LogArg::Kv("msg", "failed after commit".into()),
+                ],
+            )?;
+        }
+        return Ok(summary);
+    }
+    match end {
+        End::Done => {
+            summary.outcome = Outcome::Skip;
+            let reason = match walk.when_skip {
+                Some(n) => format!("when:{n}"),
+                None => "no_commit".into(),
+            };
+            paths.log("SKIP", &[LogArg::Kv("reason", reason.clone())])?;
+            summary.reason = Some(reason);
+        }
+        End::Skip(reason) => {
+            summary.outcome = Outcome::Skip;
+            if reason == "worktree_missing" {
+                paths.log(
+                    "WARN",
+                    &[LogArg::Kv(
+                        "msg",
+                        format!(
+                            "worktree missing at {}; not running in the main checkout",
+                            env.cwd.display()
+                        ),
+                    )],
+                )?;
+            }
+            paths.log("SKIP", &[LogArg::Kv("reason", reason.clone())])?;
+            summary.reason = Some(reason);
+        }
+        End::Halt(reason, detail) => {
+            halt(paths, &reason, detail.as_deref())?;
+            summary.outcome = Outcome::Halt;
+            summary.reason = Some(reason);
+        }
+        End::Abort { node, reason } => {
+            summary.outcome = Outcome::Abort;
+            summary.interrupted = reason == "interrupted";
+            paths.log(
+                "ABORT",
+                &[
+                    LogArg::Kv("node", node.clone()),
+                    LogArg::Kv("reason", reason.clone()),
+                ],
+            )?;
+            let max = env.config.brakes.max_consecutive_aborts;
+            let (state, _) = paths.update(|s| {
+                s.consecutive_aborts += 1;
+            })?;
+            summary.reason = Some(format!("{node}:{reason}"));
+            if state.consecutive_aborts >= max && !summary.interrupted {
+                halt(
+                    paths,
+                    "human_intervention:harness_failing",
+                    Some(&format!(
+                        "{} ticks aborted in a row; last: node {node} {reason}",
+                        state.consecutive_aborts
+                    )),
+                )?;
+                summary.outcome = Outcome::Halt;
+                summary.reason = Some("human_intervention:harness_failing".into());
+            }
+        }
+    }
+    Ok(summary)
+}
+
+/// Halts a loop: sets `halt` (unless already halted), logs `HALT <reason>`, and disables
+/// its installed schedule best-effort. Only `approve` clears it.
+pub fn halt(paths: &LoopPaths, reason: &str, detail: Option<&str>) -> Result<(), StateError> {
+    let (_, fresh) = paths.update(|s| {
+        if s.halt.is_some() {
+            return false;
+        }
+        s.halt = Some(crate::state::Halt {
+            reason: reason.to_string(),
+            detail: detail.map(str::to_string),
+            at: crate::state::now(),
+            iteration: s.iteration_count,
+        });
+        true
+    })?;
+    if fresh {
+        let mut args = vec![LogArg::Word(reason)];
+        if let Some(d) = detail {
+            args.push(LogArg::Kv("detail", d.to_string()));
+        }
+        paths.log("HALT", &args)?;
+    }
+    Ok(())
+}
+
+fn dry_run(env: &TickEnv<'_>, gate: &crate::brakes::GateReport) -> Summary {
+    let p = env.pipeline;
+    let mut walk = Walk::new(env);
+    println!(
+        "dry run of loop {} (tick {}); nothing is spawned or written",
+        env.paths.name, env.tick
+    );
+    println!(
+        "gate: {}",
+        match &gate.reason {
+            None => "ok".to_string(),
+            Some(r) => format!("not ok ({r}); a real run would end here"),
+        }
+    );
+    let order = p.dag.as_ref().map(|d| d.order.clone()).unwrap_or_default();
+    for v in order {
+        let node = &p.nodes[v];
+        let ctx = walk.ctx(v);
+        let line = match node.spec.dry_run(&ctx) {
+            Ok(Some(s)) => s,
+            Ok(None) => String::new(),
+            Err(e) => format!("error: {e}"),
+        };
+        let when = node
+            .when
+            .as_ref()
+            .map(|w| format!(" when {}", w.text))
+            .unwrap_or_default();
+        println!(
+            "  {} ({}){when}{}{line}",
+            node.id.value,
+            node.kind,
+            if line.is_empty() { "" } else { ": " }
+        );
+        // Placeholders so downstream templates render.
+        walk.outputs[v] = Some(NodeOutput {
+            exit_code: Some(0),
+            stdout_path: Some(ctx.output_file(&node.id.value, "stdout")),
+            stderr_path: Some(ctx.output_file(&node.id.value, "stderr")),
+            output: Some(format!("<output of {}>", node.id.value)),
+            output_path: Some(ctx.output_file(
+                node.spec.role().map_or(&node.id.value, |r| &r.value),
+                "json",
+            )),
+            verdict: node.spec.produces_verdict().then(|| Verdict {
+                pass: false,
+                score: 0.0,
+                reasons: vec![format!("<reasons from {}>", node.id.value)],
+                next_hint: Some(format!("<next_hint from {}>", node.id.value)),
+                cost_usd: None,
+                tokens: None,
+            }),
+            seconds: 0.0,
+        });
+        walk.status[v] = "not_run";
+    }
+    let mut s = Summary::bare(
+        &env.paths.name,
+        if gate.ok {
+            Outcome::Tick
+        } else {
+            Outcome::Skip
+        },
+        "dry_run",
+        env.state.iteration_count,
+    );
+    s.nodes = p
+        .nodes
+        .iter()
+        .map(|n| NodeSummary {
+            id: n.id.value.clone(),
+            status: "not_run",
+            ms: 0,
+        })
+        .collect();
+    s
+}

@@ -1,0 +1,56 @@
+//! `gate`: evaluates every brake (DESIGN §6); not ok ends the tick as SKIP or HALT.
+
+use crate::brakes::{self, Verdict};
+use crate::diag::Diagnostics;
+use crate::exec::NodeCtx;
+use crate::node::{NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::toml_read::Table;
+
+pub struct Gate;
+
+impl NodeKind for Gate {
+    fn name(&self) -> &'static str {
+        "gate"
+    }
+    fn about(&self) -> &'static str {
+        "evaluates every brake; not ok ends the tick as SKIP or HALT"
+    }
+    fn keys(&self) -> &'static [&'static str] {
+        &[]
+    }
+    fn parse(&self, _t: &Table<'_, '_>, _d: &mut Diagnostics) -> Option<Box<dyn NodeSpec>> {
+        Some(Box::new(GateNode))
+    }
+}
+
+#[derive(Debug)]
+struct GateNode;
+
+impl NodeSpec for GateNode {
+    fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
+        let env = ctx.env;
+        match brakes::evaluate(env.config, &env.state, env.paths).verdict {
+            Verdict::Pass => NodeRun::Ok(NodeOutput::default()),
+            Verdict::Skip(r) => NodeRun::Skip(r),
+            Verdict::Halt { reason, detail } => NodeRun::Halt {
+                reason,
+                detail: Some(detail),
+            },
+        }
+    }
+
+    fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
+        let r = brakes::evaluate(ctx.env.config, &ctx.env.state, ctx.env.paths);
+        let failing: Vec<String> = r
+            .checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| format!("{}: {}", c.name, c.detail))
+            .collect();
+        Ok(Some(if failing.is_empty() {
+            "every brake ok".into()
+        } else {
+            failing.join("; ")
+        }))
+    }
+}

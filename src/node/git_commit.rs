@@ -1,0 +1,187 @@
+//! `git-commit`: commits the loop's changes in its worktree, after checking every changed,
+//! added, deleted or renamed path against the blast radius. A violation halts the loop
+//! as `human_intervention:blast_radius` and commits nothing.
+
+use std::path::Path;
+
+use crate::blast::Radius;
+use crate::diag::Diagnostics;
+use crate::exec::NodeCtx;
+use crate::node::{NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::template::Tmpl;
+use crate::toml_read::Table;
+
+pub struct GitCommit;
+
+const DEFAULT_MESSAGE: &str = "loopflow {{loop}}: iteration {{iteration}}";
+
+impl NodeKind for GitCommit {
+    fn name(&self) -> &'static str {
+        "git-commit"
+    }
+    fn about(&self) -> &'static str {
+        "commits the worktree's changes, refusing any path outside the blast radius"
+    }
+    fn keys(&self) -> &'static [&'static str] {
+        &["message"]
+    }
+    fn parse(&self, t: &Table<'_, '_>, d: &mut Diagnostics) -> Option<Box<dyn NodeSpec>> {
+        let message = t
+            .str("message", d)
+            .map(|s| Tmpl::literal(t.source, &s.value, s.span));
+        Some(Box::new(GitCommitNode { message }))
+    }
+}
+
+#[derive(Debug)]
+struct GitCommitNode {
+    message: Option<Tmpl>,
+}
+
+/// Runs git with hooks and fsmonitor disabled, so a planted config cannot execute code.
+pub fn git(cwd: &Path, args: &[&str]) -> Result<std::process::Output, String> {
+    let mut full = vec![
+        "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
+        "core.fsmonitor=false",
+    ];
+    full.extend_from_slice(args);
+    duct::cmd("git", &full)
+        .dir(cwd)
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
+        .map_err(|e| format!("git: {e}"))
+}
+
+fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, String> {
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(format!(
+            "git {what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Every path a commit would touch (both sides of renames), from `git status -z`.
+pub fn changed_paths(cwd: &Path) -> Result<Vec<String>, String> {
+    let raw = ok(
+        git(
+            cwd,
+            &["status", "--porcelain=v1", "-z", "--untracked-files=all"],
+        )?,
+        "status",
+    )?;
+    let mut out = Vec::new();
+    let mut fields = raw.split(|b| *b == 0).filter(|f| !f.is_empty());
+    while let Some(f) = fields.next() {
+        if f.len() < 4 {
+            continue;
+        }
+        let status = &f[..2];
+        out.push(String::from_utf8_lossy(&f[3..]).into_owned());
+        if (status.contains(&b'R') || status.contains(&b'C'))
+            && let Some(orig) = fields.next()
+        {
+            out.push(String::from_utf8_lossy(orig).into_owned());
+        }
+    }
+    Ok(out)
+}
+
+impl NodeSpec for GitCommitNode {
+    fn templates(&self) -> Vec<&Tmpl> {
+        self.message.iter().collect()
+    }
+
+    fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
+        let fail = |reason: String| NodeRun::Failed {
+            reason,
+            output: NodeOutput::default(),
+        };
+        let cwd = &ctx.env.cwd;
+        let radius = match Radius::new(cwd, ctx.env.config) {
+            Ok(r) => r,
+            Err(e) => return fail(format!("blast_radius:{e}")),
+        };
+        let paths = match changed_paths(cwd) {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        let mut refused = Vec::new();
+        for p in &paths {
+            let full = radius.root().join(p);
+            // A symlink is checked where it points, not where it sits.
+            if let Err(why) = radius.check(&full) {
+                refused.push(format!("{p}: {why}"));
+            } else if std::fs::symlink_metadata(&full).is_ok_and(|m| m.file_type().is_symlink())
+                && let Ok(target) = std::fs::read_link(&full)
+            {
+                let target = full.parent().unwrap_or(radius.root()).join(target);
+                if let Err(why) = radius.check(&target) {
+                    refused.push(format!("{p}: symlink target {why}"));
+                }
+            }
+        }
+        if !refused.is_empty() {
+            return NodeRun::Halt {
+                reason: "human_intervention:blast_radius".into(),
+                detail: Some(refused.join("; ")),
+            };
+        }
+        if paths.is_empty() {
+            return NodeRun::Ok(NodeOutput::default());
+        }
+        let message = match &self.message {
+            Some(t) => ctx.render(&t.text),
+            None => ctx.render(DEFAULT_MESSAGE),
+        };
+        let message = match message {
+            Ok(m) => m,
+            Err(e) => return fail(format!("template:{e}")),
+        };
+        let add = git(cwd, &["add", "-A", "--", "."]).and_then(|o| ok(o, "add"));
+        if let Err(e) = add {
+            return fail(e);
+        }
+        match git(
+            cwd,
+            &[
+                "-c",
+                "user.name=loopflow",
+                "-c",
+                "user.email=loopflow@localhost",
+                "commit",
+                "-q",
+                "--no-verify",
+                "-m",
+                &message,
+            ],
+        )
+        .and_then(|o| ok(o, "commit"))
+        {
+            Ok(_) => NodeRun::Ok(NodeOutput {
+                exit_code: Some(0),
+                output: Some(message),
+                ..Default::default()
+            }),
+            Err(e) => fail(e),
+        }
+    }
+
+    fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
+        let m = match &self.message {
+            Some(t) => ctx.render(&t.text)?,
+            None => ctx.render(DEFAULT_MESSAGE)?,
+        };
+        Ok(Some(format!(
+            "would commit in {} with message {m:?}",
+            ctx.env.cwd.display()
+        )))
+    }
+}

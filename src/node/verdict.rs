@@ -1,0 +1,70 @@
+//! `verdict`: parses the graded verdict (DESIGN §7) from another node's stdout. A missing
+//! or invalid verdict halts the loop as `verifier_failed:unparseable`; nothing advances.
+
+use crate::diag::Diagnostics;
+use crate::exec::NodeCtx;
+use crate::node::{NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::toml_read::{Str, Table};
+
+pub struct VerdictKind;
+
+impl NodeKind for VerdictKind {
+    fn name(&self) -> &'static str {
+        "verdict"
+    }
+    fn about(&self) -> &'static str {
+        "parses the verifier's graded verdict from another node's stdout"
+    }
+    fn keys(&self) -> &'static [&'static str] {
+        &["from"]
+    }
+    fn parse(&self, t: &Table<'_, '_>, d: &mut Diagnostics) -> Option<Box<dyn NodeSpec>> {
+        let from = t.str("from", d);
+        if from.is_none() && t.get("from").is_none() {
+            t.missing("from", "from = \"verify\"", d);
+        }
+        Some(Box::new(VerdictNode { from: from? }))
+    }
+}
+
+#[derive(Debug)]
+struct VerdictNode {
+    from: Str,
+}
+
+impl NodeSpec for VerdictNode {
+    fn reads(&self) -> Option<&Str> {
+        Some(&self.from)
+    }
+    fn produces_verdict(&self) -> bool {
+        true
+    }
+
+    fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
+        let unparseable = |detail: String| NodeRun::Halt {
+            reason: "verifier_failed:unparseable".into(),
+            detail: Some(detail),
+        };
+        let Some(src) = ctx.upstream_output(&self.from.value) else {
+            return unparseable(format!("node {} produced no output", self.from.value));
+        };
+        // Read the whole file: the in-memory copy is capped and the verdict is often last.
+        let text = match &src.stdout_path {
+            Some(p) => std::fs::read_to_string(p)
+                .unwrap_or_else(|_| src.output.clone().unwrap_or_default()),
+            None => src.output.clone().unwrap_or_default(),
+        };
+        match crate::verdict::parse(&text) {
+            Ok(v) => NodeRun::Ok(NodeOutput {
+                output: Some(serde_json::to_string(&v).unwrap_or_default()),
+                verdict: Some(v),
+                ..Default::default()
+            }),
+            Err(e) => unparseable(format!("{e} (in the stdout of node {})", self.from.value)),
+        }
+    }
+
+    fn dry_run(&self, _ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
+        Ok(Some(format!("parses the stdout of `{}`", self.from.value)))
+    }
+}

@@ -1,0 +1,241 @@
+//! A project's loops: name rules, discovery, and creating a loop from a template.
+
+use std::path::{Path, PathBuf};
+
+use crate::state::{LoopPaths, State, loops_dir};
+
+/// Loop names match `^[a-z0-9][a-z0-9_-]{0,63}$`: never a path.
+pub fn check_loop_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.as_bytes()[0].is_ascii_lowercase() | name.as_bytes()[0].is_ascii_digit()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid loop name {name:?}: use 1–64 characters from a-z, 0-9, `_` and `-`, starting with a letter or digit"
+        ))
+    }
+}
+
+/// Every loop directory of a project, sorted by name.
+pub fn list_loops(project: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(loops_dir(project))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| check_loop_name(n).is_ok())
+        .collect();
+    out.sort();
+    out
+}
+
+/// A built-in loop template: its `loop.toml` and prompt files (relative path, text).
+pub struct Template {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub loop_toml: &'static str,
+    pub files: &'static [(&'static str, &'static str)],
+}
+
+const PROMPTS: &[(&str, &str)] = &[
+    (
+        "prompts/loop-implement.md",
+        include_str!("../prompts/loop-implement.md"),
+    ),
+    (
+        "prompts/loop-verifier.md",
+        include_str!("../prompts/loop-verifier.md"),
+    ),
+    (
+        "prompts/loop-orchestrate.md",
+        include_str!("../prompts/loop-orchestrate.md"),
+    ),
+];
+
+pub const TEMPLATES: &[Template] = &[Template {
+    name: "default",
+    about: "implement → verify → orchestrate on one task, with every brake",
+    loop_toml: include_str!("../templates/loops/default/loop.toml"),
+    files: PROMPTS,
+}];
+
+pub fn template(name: &str) -> Option<&'static Template> {
+    TEMPLATES.iter().find(|t| t.name == name)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+pub struct CreateOptions<'a> {
+    pub name: &'a str,
+    pub template: &'a str,
+    pub task: Option<String>,
+    pub worktree: bool,
+    /// Replaces the template's `[harness] command` (the demo's fake agent).
+    pub harness: Option<Vec<String>>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CreateError + '_ {
+    move |e| CreateError::Io(format!("{}: {e}", path.display()))
+}
+
+/// Writes `loop.toml`, the prompts, `.gitignore` and a fresh `.state.loop`; creates the
+/// worktree unless disabled. Refuses to touch an existing loop.
+pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, CreateError> {
+    check_loop_name(o.name).map_err(CreateError::Usage)?;
+    let t = template(o.template).ok_or_else(|| {
+        let names: Vec<&str> = TEMPLATES.iter().map(|t| t.name).collect();
+        CreateError::Usage(format!(
+            "unknown template `{}`; templates: {}",
+            o.template,
+            names.join(", ")
+        ))
+    })?;
+    let paths = LoopPaths::new(project, o.name);
+    if paths.dir.exists() {
+        return Err(CreateError::Usage(format!(
+            "loop `{}` already exists at {}",
+            o.name,
+            paths.dir.display()
+        )));
+    }
+    let worktree_path = if o.worktree {
+        Some(create_worktree(project, &paths)?)
+    } else {
+        None
+    };
+    std::fs::create_dir_all(&paths.dir).map_err(io(&paths.dir))?;
+    let mut toml = t.loop_toml.to_string();
+    if !o.worktree {
+        toml = toml.replace("[worktree]\nenabled = true", "[worktree]\nenabled = false");
+    }
+    if let Some(h) = &o.harness {
+        let rendered = serde_json::to_string(h).unwrap_or_default();
+        let mut out = String::new();
+        let mut in_harness = false;
+        for line in toml.lines() {
+            if line.starts_with('[') {
+                in_harness = line.trim() == "[harness]";
+            }
+            if in_harness && line.starts_with("command") {
+                out.push_str(&format!("command = {rendered}\n"));
+            } else {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        toml = out;
+    }
+    std::fs::write(paths.dir.join("loop.toml"), toml).map_err(io(&paths.dir))?;
+    for (rel, text) in t.files {
+        let p = paths.dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&p, text).map_err(io(&p))?;
+    }
+    let ignore = paths.dir.join(".gitignore");
+    std::fs::write(
+        &ignore,
+        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\n",
+    )
+    .map_err(io(&ignore))?;
+    let state = State::new(
+        o.name,
+        o.task.clone(),
+        worktree_path.map(|p| p.display().to_string()),
+    );
+    crate::state::save(&paths.state, &state).map_err(|e| CreateError::Io(e.to_string()))?;
+    paths
+        .log(
+            "CREATE",
+            &[
+                crate::state::LogArg::Kv("template", o.template.to_string()),
+                crate::state::LogArg::Kv("worktree", o.worktree.to_string()),
+            ],
+        )
+        .map_err(|e| CreateError::Io(e.to_string()))?;
+    Ok(paths)
+}
+
+fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateError> {
+    use crate::node::git;
+    let fail = |m: String| {
+        CreateError::Io(format!(
+            "{m}\n  a loop works in its own git worktree by default; run inside a git repository with at least one commit, or pass --no-worktree"
+        ))
+    };
+    let top = git(project, &["rev-parse", "--show-toplevel"]).map_err(fail)?;
+    if !top.status.success() {
+        return Err(fail(format!(
+            "{} is not a git repository",
+            project.display()
+        )));
+    }
+    let head = git(project, &["rev-parse", "--verify", "HEAD"]).map_err(fail)?;
+    if !head.status.success() {
+        return Err(fail("the repository has no commit yet".into()));
+    }
+    let branch = format!("loopflow/{}", paths.name);
+    let exists = git(
+        project,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}"),
+        ],
+    )
+    .map_err(fail)?
+    .status
+    .success();
+    let wt = paths.worktree.display().to_string();
+    let args: Vec<&str> = if exists {
+        vec!["worktree", "add", "--quiet", &wt, &branch]
+    } else {
+        vec!["worktree", "add", "--quiet", "-b", &branch, &wt]
+    };
+    let out = git(project, &args).map_err(fail)?;
+    if !out.status.success() {
+        return Err(fail(format!(
+            "git worktree add: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(paths.worktree.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for ok in ["a", "demo", "ci-triage", "x_1", "9lives"] {
+            assert!(check_loop_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "../x",
+            "A",
+            "-x",
+            "a/b",
+            "a b",
+            &"a".repeat(65),
+            ".hidden",
+        ] {
+            assert!(check_loop_name(bad).is_err(), "{bad}");
+        }
+    }
+}

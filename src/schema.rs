@@ -1,0 +1,222 @@
+//! JSON Schemas for every file format, generated from the Rust types and checked in under
+//! `schemas/`; `loopflow schema NAME` prints exactly the checked-in text.
+
+pub const NAMES: &[&str] = &["pipeline", "loop", "state", "verdict"];
+
+/// The checked-in schema text, embedded at build time.
+pub fn get(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "pipeline" => include_str!("../schemas/pipeline.schema.json"),
+        "loop" => include_str!("../schemas/loop.schema.json"),
+        "state" => include_str!("../schemas/state.schema.json"),
+        "verdict" => include_str!("../schemas/verdict.schema.json"),
+        _ => return None,
+    })
+}
+
+/// Generates a schema from the types (the drift test compares this to `get`).
+pub fn generate(name: &str) -> Option<String> {
+    let settings = schemars::generate::SchemaSettings::draft07();
+    let generator = settings.into_generator();
+    let schema = match name {
+        "state" => generator.into_root_schema_for::<crate::state::State>(),
+        "verdict" => generator.into_root_schema_for::<crate::verdict::Verdict>(),
+        "pipeline" => generator.into_root_schema_for::<files::PipelineFile>(),
+        "loop" => generator.into_root_schema_for::<files::LoopFile>(),
+        _ => return None,
+    };
+    let mut s = serde_json::to_string_pretty(&schema).ok()?;
+    s.push('\n');
+    Some(s)
+}
+
+/// Descriptions of the TOML file formats for schema generation. The checker in
+/// `pipeline.rs` / `config.rs` reads the files with spans; these types document them for
+/// editors (taplo, Even Better TOML) and must agree with the checker (tested).
+pub mod files {
+    use std::collections::BTreeMap;
+
+    use schemars::JsonSchema;
+    use serde::Deserialize;
+
+    /// A loopflow pipeline: a DAG of nodes; `needs` lists the nodes that finish first.
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct PipelineFile {
+        pub name: Option<String>,
+        pub description: Option<String>,
+        /// Nodes by id.
+        pub nodes: BTreeMap<String, NodeFile>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum Kind {
+        Gate,
+        FloorCheck,
+        Harness,
+        Command,
+        Verdict,
+        Commit,
+        GitCommit,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(rename_all = "lowercase")]
+    pub enum OnFailure {
+        Abort,
+        Halt,
+        Continue,
+    }
+
+    /// One node. Which keys apply depends on `kind`.
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct NodeFile {
+        pub kind: Kind,
+        pub description: Option<String>,
+        /// Nodes that must finish before this one starts.
+        pub needs: Option<Vec<String>>,
+        /// e.g. "90s", "30m", "1h30m"; on expiry the node's process group gets TERM, then KILL.
+        pub timeout: Option<String>,
+        /// Re-run a failed node up to this many more times.
+        pub retries: Option<u32>,
+        pub on_failure: Option<OnFailure>,
+        /// A template; the node runs only when it renders to something other than empty, `false` or `0`.
+        pub when: Option<String>,
+        /// harness: the role whose `[roles.<role>]` in loop.toml gives prompt and command.
+        pub role: Option<String>,
+        /// command: the argv; each element is a template.
+        pub argv: Option<Vec<String>>,
+        /// verdict: the node whose stdout holds the verdict.
+        pub from: Option<String>,
+        /// git-commit: the commit message template.
+        pub message: Option<String>,
+    }
+
+    /// A loop's configuration (`.loopflow/loops/<name>/loop.toml`).
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct LoopFile {
+        /// Pipeline file, relative to this file's directory; the built-in tick when absent.
+        pub pipeline: Option<String>,
+        pub work_source: Option<WorkSourceFile>,
+        pub brakes: BrakesFile,
+        pub schedule: Option<ScheduleFile>,
+        pub harness: Option<HarnessFile>,
+        pub roles: Option<BTreeMap<String, RoleFile>>,
+        pub blast_radius: Option<BlastRadiusFile>,
+        pub worktree: Option<WorktreeFile>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(rename_all = "lowercase")]
+    pub enum WorkSourceKind {
+        Single,
+        Backlog,
+        Audit,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct WorkSourceFile {
+        pub kind: Option<WorkSourceKind>,
+        /// backlog: the markdown checklist (default BACKLOG.md).
+        pub file: Option<String>,
+        /// audit: a command whose output lines are tasks.
+        pub command: Option<Vec<String>>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct BrakesFile {
+        /// Required: the loop halts as iterations_exhausted after this many iterations.
+        pub max_iterations: u64,
+        pub max_budget_usd: Option<f64>,
+        pub max_tokens: Option<u64>,
+        pub max_seconds: Option<f64>,
+        pub score_plateau_window: Option<u64>,
+        pub score_plateau_epsilon: Option<f64>,
+        /// Never below the hard floor of 16000.
+        #[schemars(range(min = 16000))]
+        pub min_context_tokens: Option<u64>,
+        /// The agent's context window; authoritative over detection.
+        pub context_tokens: Option<u64>,
+        pub run_phases: Option<Vec<String>>,
+        #[schemars(range(min = 0.0, max = 1.0))]
+        pub goal_score: Option<f64>,
+        pub max_consecutive_aborts: Option<u32>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct ScheduleFile {
+        pub interval_seconds: Option<u64>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct HarnessFile {
+        /// The agent's argv; each element is a handlebars template, never run through a shell.
+        pub command: Option<Vec<String>>,
+        pub timeout: Option<String>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct RoleFile {
+        /// The role's prompt template, relative to this file's directory.
+        pub prompt: Option<String>,
+        pub command: Option<Vec<String>>,
+        pub model: Option<String>,
+        pub timeout: Option<String>,
+        pub cache: Option<bool>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct BlastRadiusFile {
+        pub allow: Option<Vec<String>>,
+        pub deny: Option<Vec<String>>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct WorktreeFile {
+        pub enabled: Option<bool>,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The checked-in schemas must match the types. Regenerate with
+    /// `LOOPFLOW_BLESS=1 cargo test schema`.
+    #[test]
+    fn checked_in_schemas_match_the_types() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
+        let bless = std::env::var_os("LOOPFLOW_BLESS").is_some();
+        for name in super::NAMES {
+            let generated = super::generate(name).expect("known schema");
+            let path = dir.join(format!("{name}.schema.json"));
+            if bless {
+                std::fs::write(&path, &generated).expect("write schema");
+                continue;
+            }
+            let on_disk = std::fs::read_to_string(&path).expect("read schema");
+            assert!(
+                on_disk == generated,
+                "schemas/{name}.schema.json drifted from the Rust types; run `LOOPFLOW_BLESS=1 cargo test schema` and commit"
+            );
+        }
+    }
+}

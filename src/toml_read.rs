@@ -1,0 +1,325 @@
+//! Reading TOML with spans kept on every key and value, pushing every problem (wrong type,
+//! unknown key with a suggestion, missing key) into a diagnostics list instead of stopping
+//! at the first one. Built on `toml::de::DeTable`, which keeps spans everywhere.
+
+use std::ops::Range;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use crate::diag::{Code, Diagnostic, Diagnostics, SourceRef, suggest};
+
+/// A string value with the span of its TOML literal (quotes included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Str {
+    pub value: String,
+    pub span: Range<usize>,
+}
+
+/// Parses a document, reporting every syntax error. Returns `None` when it is unusable.
+pub fn parse<'s>(source: &'s SourceRef, diags: &mut Diagnostics) -> Option<Spanned<DeTable<'s>>> {
+    let (table, errors) = DeTable::parse_recoverable(&source.text);
+    let had_errors = !errors.is_empty();
+    for e in errors {
+        let span = e.span().unwrap_or(0..0);
+        let message = e.message().trim().to_string();
+        let (first, rest) = message.split_once('\n').unwrap_or((&message, ""));
+        let mut d = Diagnostic::error(
+            Code::TomlSyntax,
+            source,
+            span,
+            format!("invalid TOML: {first}"),
+        )
+        .label(first.to_string());
+        let rest = rest.trim();
+        d = d.help(if rest.is_empty() {
+            "fix the TOML syntax; loopflow files are TOML 1.0".to_string()
+        } else {
+            rest.to_string()
+        });
+        diags.push(d);
+    }
+    (!had_errors).then_some(table)
+}
+
+/// A view of one table being read: `path` is its dotted name (for messages).
+pub struct Table<'a, 's> {
+    pub source: &'a SourceRef,
+    pub table: &'a DeTable<'s>,
+    pub span: Range<usize>,
+    pub path: String,
+}
+
+fn type_name(v: &DeValue<'_>) -> &'static str {
+    match v {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a datetime",
+        DeValue::Array(_) => "an array",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+impl<'a, 's> Table<'a, 's> {
+    pub fn new(
+        source: &'a SourceRef,
+        table: &'a DeTable<'s>,
+        span: Range<usize>,
+        path: impl Into<String>,
+    ) -> Self {
+        Table {
+            source,
+            table,
+            span,
+            path: path.into(),
+        }
+    }
+
+    fn dotted(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{}", self.path, key)
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&'a Spanned<DeValue<'s>>> {
+        self.table.get(key)
+    }
+
+    pub fn key_span(&self, key: &str) -> Option<Range<usize>> {
+        self.table.get_key_value(key).map(|(k, _)| k.span())
+    }
+
+    /// The span to point at for "this table": its header or inline braces.
+    pub fn header_span(&self) -> Range<usize> {
+        self.span.clone()
+    }
+
+    /// Reports every key not in `known`, suggesting the closest known one.
+    pub fn deny_unknown(&self, known: &[&str], diags: &mut Diagnostics) {
+        for (k, _) in self.table.iter() {
+            let name: &str = k.get_ref();
+            if known.contains(&name) {
+                continue;
+            }
+            let mut d = Diagnostic::error(
+                Code::UnknownKey,
+                self.source,
+                k.span(),
+                format!("unknown key `{}`", self.dotted(name)),
+            )
+            .label("not a key loopflow knows here");
+            d = match suggest(name, known.iter().copied()) {
+                Some(s) => d.help(format!(
+                    "did you mean `{s}`? Known keys here: {}",
+                    known.join(", ")
+                )),
+                None => d.help(format!("remove it; known keys here: {}", known.join(", "))),
+            };
+            diags.push(d);
+        }
+    }
+
+    fn wrong_type(
+        &self,
+        key: &str,
+        v: &Spanned<DeValue<'_>>,
+        expected: &str,
+        diags: &mut Diagnostics,
+    ) {
+        diags.push(
+            Diagnostic::error(
+                Code::WrongType,
+                self.source,
+                v.span(),
+                format!(
+                    "`{}` must be {expected}, found {}",
+                    self.dotted(key),
+                    type_name(v.get_ref())
+                ),
+            )
+            .label(format!("expected {expected}"))
+            .help(format!("write `{key}` as {expected}")),
+        );
+    }
+
+    pub fn missing(&self, key: &str, example: &str, diags: &mut Diagnostics) {
+        let what = if self.path.is_empty() {
+            "the file".to_string()
+        } else {
+            format!("`[{}]`", self.path)
+        };
+        diags.push(
+            Diagnostic::error(
+                Code::MissingKey,
+                self.source,
+                self.header_span(),
+                format!("missing required key `{}`", self.dotted(key)),
+            )
+            .label(format!("{what} needs `{key}`"))
+            .help(format!("add `{example}`")),
+        );
+    }
+
+    pub fn str(&self, key: &str, diags: &mut Diagnostics) -> Option<Str> {
+        let v = self.get(key)?;
+        match v.get_ref() {
+            DeValue::String(s) => Some(Str {
+                value: s.to_string(),
+                span: v.span(),
+            }),
+            _ => {
+                self.wrong_type(key, v, "a string", diags);
+                None
+            }
+        }
+    }
+
+    pub fn bool(&self, key: &str, diags: &mut Diagnostics) -> Option<bool> {
+        let v = self.get(key)?;
+        match v.get_ref() {
+            DeValue::Boolean(b) => Some(*b),
+            _ => {
+                self.wrong_type(key, v, "a boolean (true or false)", diags);
+                None
+            }
+        }
+    }
+
+    /// A non-negative integer.
+    pub fn uint(&self, key: &str, diags: &mut Diagnostics) -> Option<(u64, Range<usize>)> {
+        let v = self.get(key)?;
+        if let DeValue::Integer(i) = v.get_ref()
+            && let Ok(n) = u64::from_str_radix(i.as_str(), i.radix())
+        {
+            return Some((n, v.span()));
+        }
+        self.wrong_type(key, v, "a non-negative integer", diags);
+        None
+    }
+
+    /// A number (integer or float).
+    pub fn number(&self, key: &str, diags: &mut Diagnostics) -> Option<(f64, Range<usize>)> {
+        let v = self.get(key)?;
+        match v.get_ref() {
+            DeValue::Integer(i) => {
+                if let Ok(n) = i64::from_str_radix(i.as_str(), i.radix()) {
+                    return Some((n as f64, v.span()));
+                }
+            }
+            DeValue::Float(f) => {
+                if let Ok(n) = f.as_str().replace('_', "").parse::<f64>()
+                    && n.is_finite()
+                {
+                    return Some((n, v.span()));
+                }
+            }
+            _ => {}
+        }
+        self.wrong_type(key, v, "a number", diags);
+        None
+    }
+
+    /// A list of strings; each element keeps its own span.
+    pub fn str_list(&self, key: &str, diags: &mut Diagnostics) -> Option<(Vec<Str>, Range<usize>)> {
+        let v = self.get(key)?;
+        let DeValue::Array(items) = v.get_ref() else {
+            self.wrong_type(key, v, "a list of strings", diags);
+            return None;
+        };
+        let mut out = Vec::new();
+        let mut ok = true;
+        for item in items.iter() {
+            match item.get_ref() {
+                DeValue::String(s) => out.push(Str {
+                    value: s.to_string(),
+                    span: item.span(),
+                }),
+                other => {
+                    ok = false;
+                    diags.push(
+                        Diagnostic::error(
+                            Code::WrongType,
+                            self.source,
+                            item.span(),
+                            format!(
+                                "`{}` must be a list of strings, found {} in it",
+                                self.dotted(key),
+                                type_name(other)
+                            ),
+                        )
+                        .label("expected a string")
+                        .help("quote the element"),
+                    );
+                }
+            }
+        }
+        ok.then_some((out, v.span()))
+    }
+
+    pub fn table(&self, key: &str, diags: &mut Diagnostics) -> Option<Table<'a, 's>> {
+        let v = self.get(key)?;
+        match v.get_ref() {
+            DeValue::Table(t) => {
+                let span = self.key_span(key).unwrap_or_else(|| v.span());
+                Some(Table::new(self.source, t, span, self.dotted(key)))
+            }
+            _ => {
+                self.wrong_type(key, v, "a table", diags);
+                None
+            }
+        }
+    }
+
+    /// Every entry of a table of tables (e.g. `[nodes.*]`), as (key, table).
+    pub fn subtables(&self, diags: &mut Diagnostics) -> Vec<(Str, Table<'a, 's>)> {
+        let mut out = Vec::new();
+        for (k, v) in self.table.iter() {
+            let name = k.get_ref().to_string();
+            match v.get_ref() {
+                DeValue::Table(t) => out.push((
+                    Str {
+                        value: name.clone(),
+                        span: k.span(),
+                    },
+                    Table::new(self.source, t, k.span(), self.dotted(&name)),
+                )),
+                _ => self.wrong_type(&name, v, "a table", diags),
+            }
+        }
+        out
+    }
+}
+
+/// The byte span inside a TOML string literal of the characters `range` of its value,
+/// when the literal spells the value out without escapes (the common case). Otherwise
+/// the whole literal.
+pub fn inner_span(
+    source: &SourceRef,
+    literal: &Range<usize>,
+    value: &str,
+    range: Range<usize>,
+) -> Range<usize> {
+    let raw = source.text.get(literal.clone()).unwrap_or("");
+    for quote in ["\"\"\"", "'''", "\"", "'"] {
+        if raw.len() >= 2 * quote.len() && raw.starts_with(quote) && raw.ends_with(quote) {
+            let inner = &raw[quote.len()..raw.len() - quote.len()];
+            if inner == value {
+                let base = literal.start + quote.len();
+                return base + range.start..base + range.end;
+            }
+            break;
+        }
+    }
+    // Escapes in the literal: find the same text in the raw literal instead.
+    if let Some(needle) = value.get(range.clone())
+        && !needle.is_empty()
+        && let Some(pos) = raw.find(needle)
+    {
+        return literal.start + pos..literal.start + pos + needle.len();
+    }
+    literal.clone()
+}
