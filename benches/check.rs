@@ -57,7 +57,13 @@ fn main() {
     println!(
         "check benchmark (medians; `check` includes parsing, the ratio is the validation share)"
     );
-    for n in [5_000usize, 10_000] {
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let sizes: &[usize] = if only == "files" {
+        &[]
+    } else {
+        &[5_000, 10_000]
+    };
+    for &n in sizes {
         let text = big_pipeline(n);
         let src = Source::new("big.toml", "big.toml", text.clone());
         let parse = time(5, || {

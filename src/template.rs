@@ -105,9 +105,9 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     let mut usages = Vec::new();
     let mut context_depth = 0usize;
     let mut i = 0;
-    while let Some(found) = text[i..].find("{{") {
+    while let Some(found) = find2(&text[i..], b'{') {
         let open = i + found;
-        let Some(close_rel) = text[open..].find("}}") else {
+        let Some(close_rel) = find2(&text[open..], b'}') else {
             break;
         };
         let close = open + close_rel;
@@ -164,6 +164,21 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
         }
     }
     Ok(usages)
+}
+
+/// Position of the first doubled byte (`{{` or `}}`). A plain byte scan: `str::find`
+/// with a two-byte pattern builds a searcher per call, which dominated `check`.
+fn find2(s: &str, b: u8) -> Option<usize> {
+    let bytes = s.as_bytes();
+    let mut from = 0;
+    while let Some(p) = bytes[from..].iter().position(|&x| x == b) {
+        let at = from + p;
+        if bytes.get(at + 1) == Some(&b) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 fn offset_of(text: &str, line: usize, col: usize) -> usize {
@@ -224,10 +239,11 @@ fn tokens(expr: &str, base: usize) -> Vec<(String, Range<usize>)> {
 }
 
 fn is_literal(tok: &str) -> bool {
-    tok.starts_with('"')
-        || tok.starts_with('\'')
+    let first = tok.as_bytes().first().copied().unwrap_or(b' ');
+    first == b'"'
+        || first == b'\''
         || matches!(tok, "true" | "false" | "null" | "undefined")
-        || tok.parse::<f64>().is_ok()
+        || ((first.is_ascii_digit() || first == b'-') && tok.parse::<f64>().is_ok())
 }
 
 /// The variable paths of one expression. `block` means the first token is a helper.
@@ -299,7 +315,7 @@ pub fn legacy_placeholders(text: &str) -> Vec<(String, Range<usize>)> {
         if bytes[i] == b'{' {
             if bytes.get(i + 1) == Some(&b'{') {
                 // skip a whole mustache
-                i = text[i..].find("}}").map_or(bytes.len(), |p| i + p + 2);
+                i = find2(&text[i..], b'}').map_or(bytes.len(), |p| i + p + 2);
                 continue;
             }
             let rest = &text[i + 1..];
