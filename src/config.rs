@@ -53,6 +53,10 @@ pub struct Role {
     pub model: Option<String>,
     pub timeout: Option<Duration>,
     pub cache: bool,
+    /// Rendered instead of `prompt` when the prompt would fill too much of the context.
+    pub compaction_prompt: Option<(PathBuf, Str)>,
+    /// The share of `brakes.context_tokens` past which the compaction prompt is used.
+    pub compaction_share: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -140,12 +144,19 @@ impl LoopConfig {
                     None => WorkSource::Single,
                     Some(k) => match k.value.as_str() {
                         "single" => WorkSource::Single,
-                        "backlog" => WorkSource::Backlog {
-                            file: resolve(
-                                &t.str("file", diags)
-                                    .map_or("BACKLOG.md".to_string(), |s| s.value),
-                            ),
-                        },
+                        "backlog" => {
+                            let file = t
+                                .str("file", diags)
+                                .map_or("BACKLOG.md".to_string(), |s| s.value);
+                            // `{{cwd}}/BACKLOG.md` is rendered per tick (the loop's worktree).
+                            WorkSource::Backlog {
+                                file: if file.contains("{{") {
+                                    PathBuf::from(file)
+                                } else {
+                                    resolve(&file)
+                                },
+                            }
+                        }
                         "audit" => match t.str_list("command", diags) {
                             Some((argv, _)) if !argv.is_empty() => WorkSource::Audit {
                                 command: argv
@@ -224,7 +235,18 @@ impl LoopConfig {
         if let Some(rt) = root.table("roles", diags) {
             roles_span = Some(rt.span.clone());
             for (name, t) in rt.subtables(diags) {
-                t.deny_unknown(&["prompt", "command", "model", "timeout", "cache"], diags);
+                t.deny_unknown(
+                    &[
+                        "prompt",
+                        "command",
+                        "model",
+                        "timeout",
+                        "cache",
+                        "compaction_prompt",
+                        "compaction_share",
+                    ],
+                    diags,
+                );
                 let prompt = t.str("prompt", diags).map(|s| (resolve(&s.value), s));
                 let command = argv(&t, "command", diags);
                 let model = t
@@ -233,6 +255,26 @@ impl LoopConfig {
                     .filter(|m| !m.is_empty());
                 let timeout = duration_key(&t, "timeout", diags);
                 let cache = t.bool("cache", diags).unwrap_or(false);
+                let compaction_prompt = t
+                    .str("compaction_prompt", diags)
+                    .map(|s| (resolve(&s.value), s));
+                let compaction_share = match t.number("compaction_share", diags) {
+                    Some((n, span)) if !(n > 0.0 && n <= 1.0) => {
+                        diags.push(
+                            Diagnostic::error(
+                                Code::InvalidValue,
+                                source,
+                                span,
+                                "`compaction_share` must be greater than 0.0 and at most 1.0",
+                            )
+                            .label("out of range")
+                            .help("the share of `brakes.context_tokens` a prompt may fill before the compaction prompt is used; the default is 0.8"),
+                        );
+                        0.8
+                    }
+                    Some((n, _)) => n,
+                    None => 0.8,
+                };
                 roles.insert(
                     name.value.clone(),
                     Role {
@@ -242,6 +284,8 @@ impl LoopConfig {
                         model,
                         timeout,
                         cache,
+                        compaction_prompt,
+                        compaction_share,
                     },
                 );
             }
@@ -385,6 +429,24 @@ impl LoopConfig {
                         ),
                         Some(src) => pipeline.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags),
                     }
+                }
+            }
+            if let Some((path, lit)) = &cfg.compaction_prompt {
+                match Source::read(path, base) {
+                    Err(_) => diags.push(
+                        Diagnostic::error(
+                            Code::MissingPrompt,
+                            &self.source,
+                            lit.span.clone(),
+                            format!(
+                                "compaction prompt `{}` does not exist",
+                                crate::diag::display_name(path, base)
+                            ),
+                        )
+                        .label("no such file")
+                        .help("create the file (see prompts/compaction.md) or remove `compaction_prompt`"),
+                    ),
+                    Ok(src) => pipeline.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags),
                 }
             }
         }

@@ -56,6 +56,10 @@ const PROMPTS: &[(&str, &str)] = &[
         "prompts/loop-orchestrate.md",
         include_str!("../prompts/loop-orchestrate.md"),
     ),
+    (
+        "prompts/compaction.md",
+        include_str!("../prompts/compaction.md"),
+    ),
 ];
 
 pub const TEMPLATES: &[Template] = &[Template {
@@ -148,7 +152,7 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     let ignore = paths.dir.join(".gitignore");
     std::fs::write(
         &ignore,
-        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\n",
+        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\ncache/\n",
     )
     .map_err(io(&ignore))?;
     let state = State::new(

@@ -178,7 +178,13 @@ pub mod files {
         pub command: Option<Vec<String>>,
         pub model: Option<String>,
         pub timeout: Option<String>,
+        /// Reuse the verdict when task and artifact match an earlier tick (off by default).
         pub cache: Option<bool>,
+        /// Rendered instead of `prompt` when prompt plus carried context (bytes/4 tokens)
+        /// exceeds `compaction_share` of `brakes.context_tokens`.
+        pub compaction_prompt: Option<String>,
+        /// Share of `brakes.context_tokens` (0.0 < share <= 1.0; default 0.8).
+        pub compaction_share: Option<f64>,
     }
 
     #[derive(Deserialize, JsonSchema)]

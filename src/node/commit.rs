@@ -2,6 +2,7 @@
 //! score history (capped at the plateau window) and spend, in one atomic write; then the
 //! `TICK` log line. A verdict that meets the goal also halts the loop as `goal_met`.
 
+use crate::config::WorkSource;
 use crate::diag::Diagnostics;
 use crate::exec::NodeCtx;
 use crate::node::{NodeKind, NodeRun, NodeSpec};
@@ -48,6 +49,15 @@ impl NodeSpec for CommitNode {
         let brakes = &env.config.brakes;
         let verdict = ctx.verdict().cloned();
         let seconds = ctx.upstream_seconds();
+        let cached = ctx.upstream.iter().any(|(_, o)| o.cached);
+        // Backlog and audit sources: the task after this tick's work (the agent may have
+        // checked its item off), so `status` shows what the next tick will take.
+        let next = match env.config.work_source {
+            WorkSource::Single => None,
+            _ => Some(crate::brakes::current_task(
+                env.config, &env.state, env.paths,
+            )),
+        };
         let goal = verdict
             .as_ref()
             .is_some_and(|v| v.pass && v.score >= brakes.goal_score);
@@ -69,10 +79,25 @@ impl NodeSpec for CommitNode {
                 s.spent.tokens += v.tokens.unwrap_or(0);
                 s.last_verdict = Some(v.clone());
             }
-            if s.current_task.is_none()
-                && let Some(t) = &env.task
-            {
-                s.current_task = Some(t.clone());
+            match &next {
+                None => {
+                    if s.current_task.is_none()
+                        && let Some(t) = &env.task
+                    {
+                        s.current_task = Some(t.clone());
+                    }
+                }
+                Some(Ok(n)) => {
+                    s.current_task = n.as_ref().map(|t| t.id.clone());
+                    s.task_source = n.as_ref().map(|t| t.source.clone());
+                }
+                // The source could not be read now: keep what this tick worked on.
+                Some(Err(_)) => {
+                    if let Some(t) = &env.work_task {
+                        s.current_task = Some(t.id.clone());
+                        s.task_source = Some(t.source.clone());
+                    }
+                }
             }
             if goal && s.halt.is_none() {
                 s.halt = Some(Halt {
@@ -103,7 +128,27 @@ impl NodeSpec for CommitNode {
             args.push(LogArg::Kv("score", fmt_score(v.score)));
         }
         args.push(LogArg::Kv("iter", iter));
+        if cached {
+            args.push(LogArg::Kv("cached", "true".into()));
+        }
         let _ = env.paths.log("TICK", &args);
+        if let Some(Ok(n)) = &next {
+            let done = env.task.as_deref().unwrap_or("");
+            let now_id = n.as_ref().map_or("", |t| t.id.as_str());
+            if done != now_id {
+                let _ = env.paths.log(
+                    "TASK",
+                    &[
+                        LogArg::Kv("done", done.to_string()),
+                        LogArg::Kv("next", n.as_ref().map_or("none".into(), |t| t.id.clone())),
+                        LogArg::Kv(
+                            "source",
+                            n.as_ref().map_or("-".into(), |t| t.source.clone()),
+                        ),
+                    ],
+                );
+            }
+        }
         if halted_now {
             let _ = env.paths.log("HALT", &[LogArg::Word("goal_met")]);
         }
