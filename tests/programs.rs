@@ -576,3 +576,342 @@ fn compaction_prompt_replaces_a_prompt_that_fills_the_context() {
         1
     );
 }
+
+// ---- shipped templates, each ticked with a fake agent until it halts as designed ----
+
+/// Creates `name` from `template` and points its harness at `agent` (argv:
+/// `role prompt output task`), with a context window so the floor check passes: what a
+/// user does after `create`.
+fn from_template(p: &Project, name: &str, template: &str, task: Option<&str>, agent: &Path) {
+    let mut args = vec!["create", "--loop", name, "--template", template];
+    if let Some(t) = task {
+        args.extend(["--task", t]);
+    }
+    let r = p.lf(&args);
+    assert_eq!(r.code, 0, "{r:?}");
+    let path = p.loop_dir(name).join("loop.toml");
+    let toml = std::fs::read_to_string(&path).expect("loop.toml");
+    let harness = format!(
+        r#"command = ["{}", "{{{{role}}}}", "{{{{prompt}}}}", "{{{{output}}}}", "{{{{current_task}}}}"]"#,
+        agent.display()
+    );
+    let toml = toml
+        .replace(
+            r#"command = ["opencode", "run", "--prompt-file", "{{prompt}}", "--cwd", "{{cwd}}"]"#,
+            &harness,
+        )
+        .replace("# context_tokens = 32000", "context_tokens = 32000");
+    assert!(toml.contains(&harness), "{toml}");
+    std::fs::write(&path, toml).expect("write loop.toml");
+    let c = p.lf(&["check", path.to_str().expect("utf-8 path")]);
+    assert_eq!(c.code, 0, "{c:?}");
+}
+
+fn template_agent(tools: &Project, verify_body: &str, implement_body: &str) -> std::path::PathBuf {
+    tools.script(
+        "agent.sh",
+        &format!(
+            r#"role="$1"; prompt="$2"; output="$3"; task="$4"
+echo "$role $LOOPFLOW_TICK" >> "{calls}"
+test -s "$prompt" || {{ echo "empty prompt" >&2; exit 9; }}
+case "$role" in
+  implement) {implement_body} ;;
+  verify) {verify_body} ;;
+  orchestrate) echo orchestrated ;;
+esac"#,
+            calls = tools.join("calls").display()
+        ),
+    )
+}
+
+fn commit_all(p: &Project, msg: &str) {
+    p.git_cmd(&["add", "-A"]);
+    p.git_cmd(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "-m",
+        msg,
+    ]);
+}
+
+#[test]
+fn templates_are_listed_and_each_checks_clean() {
+    let p = Project::git();
+    let r = p.lf(&["create", "--loop", "x", "--template", "no-such"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    for t in [
+        "default",
+        "ci-triage",
+        "self-improvement",
+        "goal",
+        "design-update",
+    ] {
+        assert!(r.stderr.contains(t), "{t} not listed: {r:?}");
+    }
+    let c = p.lf(&[
+        "check",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/templates"),
+        "--deny-warnings",
+    ]);
+    assert_eq!(c.code, 0, "{c:?}");
+}
+
+#[test]
+fn ci_triage_fixes_failing_tests_then_idles_while_green() {
+    let p = Project::git();
+    let tools = Project::new();
+    // The project's "test command": passes once the agent created `fixed`.
+    let tests = tools.script(
+        "tests.sh",
+        "if [ -f fixed ]; then echo ok; else echo 'FAILED: test_x' ; exit 1; fi",
+    );
+    let agent = template_agent(
+        &tools,
+        &format!(
+            r#"if "{}" >/dev/null; then echo '{{"pass": true, "score": 1.0}}'; else echo '{{"pass": false, "score": 0.0}}'; fi"#,
+            tests.display()
+        ),
+        r#"grep -q 'FAILED: test_x' "$prompt" && echo fix > fixed"#,
+    );
+    from_template(&p, "ci", "ci-triage", None, &agent);
+    let pipe = p.loop_dir("ci").join("pipeline.toml");
+    let text = std::fs::read_to_string(&pipe).expect("pipeline");
+    std::fs::write(
+        &pipe,
+        text.replace(
+            r#"argv = ["cargo", "test"]"#,
+            &format!(r#"argv = ["{}"]"#, tests.display()),
+        ),
+    )
+    .expect("write pipeline");
+    let s = p.state("ci");
+    assert_eq!(s["current_task"], "make the failing tests pass");
+    assert_eq!(s["task_source"], "template:ci-triage");
+
+    let r = run(&p, "ci");
+    assert_eq!(r.json()["outcome"], "halt", "{r:?}");
+    assert_eq!(r.json()["reason"], "goal_met");
+    let ev = p.events("ci");
+    assert!(has(&ev, "TICK pass=true score=1.0 iter=1"), "{ev:?}");
+    assert_eq!(ev.last().map(String::as_str), Some("HALT goal_met"));
+    // The fix happened in the loop's worktree, not in the project checkout.
+    assert!(p.loop_dir("ci").join("worktree/fixed").is_file());
+    assert!(!p.join("fixed").exists());
+
+    // Approved: the tests now pass, so implement does not run and nothing is spent.
+    let a = p.lf(&["approve", "--loop", "ci", "--by", "t"]);
+    assert_eq!(a.code, 0, "{a:?}");
+    let r = run(&p, "ci");
+    assert_eq!(r.json()["reason"], "when:implement", "{r:?}");
+    assert_eq!(p.state("ci")["iteration_count"], 1);
+    assert_eq!(tools.read("calls"), "implement 1\nverify 1\n");
+}
+
+#[test]
+fn self_improvement_drains_the_backlog_then_halts_goal_met() {
+    let p = Project::git();
+    p.write(
+        "BACKLOG.md",
+        "# Backlog\n- [ ] **speed-up** make it faster\n- [ ] **docs** write the docs\n",
+    );
+    commit_all(&p, "backlog");
+    let tools = Project::new();
+    let agent = template_agent(
+        &tools,
+        r#"if grep -q '^- \[ \]' BACKLOG.md; then echo '{"pass": true, "score": 0.5}'; else echo '{"pass": true, "score": 1.0}'; fi"#,
+        &format!("grep -q \"$task\" \"$prompt\" && {CHECK_OFF}"),
+    );
+    from_template(&p, "si", "self-improvement", None, &agent);
+    let r = run(&p, "si");
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    assert_eq!(p.state("si")["current_task"], "docs");
+    assert_eq!(p.state("si")["task_source"], "backlog:BACKLOG.md");
+    let r = run(&p, "si");
+    assert_eq!(r.json()["reason"], "goal_met", "{r:?}");
+    let ev = p.events("si");
+    assert!(
+        has(
+            &ev,
+            "TASK done=speed-up next=docs source=backlog:BACKLOG.md"
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(ev.last().map(String::as_str), Some("HALT goal_met"));
+    // The backlog that was worked is the worktree's; the checkout's is untouched.
+    let wt = std::fs::read_to_string(p.loop_dir("si").join("worktree/BACKLOG.md")).expect("wt");
+    assert!(
+        wt.contains("- [x] **docs**") && wt.contains("- [x] **speed-up**"),
+        "{wt}"
+    );
+    assert!(p.read("BACKLOG.md").contains("- [ ] **speed-up**"));
+}
+
+#[test]
+fn goal_template_halts_goal_met_or_on_a_plateau() {
+    let p = Project::git();
+    let tools = Project::new();
+    tools.write("scores", "0.3\n0.6\n0.95\n");
+    let verify = format!(
+        r#"s=$(sed -n "${{LOOPFLOW_TICK}}p" "{}"); if [ "$s" = 0.95 ]; then echo "{{\"pass\": true, \"score\": $s}}"; else echo "{{\"pass\": false, \"score\": $s}}"; fi"#,
+        tools.join("scores").display()
+    );
+    let agent = template_agent(&tools, &verify, "echo step >> progress.txt");
+    from_template(&p, "g", "goal", Some("reach the goal"), &agent);
+    let (iter, reason) = until_halt(&p, "g", 5);
+    assert_eq!((iter, reason.as_str()), (3, "goal_met"));
+    let t = p.lf(&["status", "--loop", "g"]);
+    assert!(t.stdout.contains("HALTED goal_met"), "{t:?}");
+
+    // The same template with scores that stop moving (within epsilon 0.02).
+    tools.write("scores", "0.5\n0.51\n0.5\n0.5\n");
+    from_template(&p, "g2", "goal", Some("another goal"), &agent);
+    let (iter, reason) = until_halt(&p, "g2", 6);
+    assert_eq!(
+        (iter, reason.as_str()),
+        (3, "verifier_failed:score_plateau")
+    );
+}
+
+#[test]
+fn design_update_takes_drifting_docs_until_all_are_in_sync() {
+    let p = Project::git();
+    p.write("src/a.rs", "fn a() {}\n");
+    p.write("src/c.rs", "fn c() {}\n");
+    commit_all(&p, "code");
+    let first = p.git_cmd(&["rev-parse", "HEAD"]).trim().to_string();
+    p.write(
+        "docs/a.md",
+        &format!("# A\n<!-- describes: src/a.rs -->\n<!-- last-read-sha: {first} -->\nA does a.\n"),
+    );
+    p.write(
+        "docs/c.md",
+        &format!("# C\n<!-- describes: src/c.rs -->\n<!-- last-read-sha: {first} -->\n"),
+    );
+    p.write(
+        "docs/b.md",
+        &format!("# B, in sync\n<!-- describes: src/b.rs README.md -->\n<!-- last-read-sha: {first} -->\n"),
+    );
+    p.write("docs/plain.md", "# no markers: never a task\n");
+    commit_all(&p, "docs");
+    p.write("src/a.rs", "fn a() { changed() }\n");
+    p.write("src/c.rs", "fn c() { changed() }\n");
+    commit_all(&p, "change the code");
+
+    let d = p.lf(&[
+        "drift",
+        "--repo",
+        p.path().to_str().expect("utf-8"),
+        "--dir",
+        "docs",
+    ]);
+    assert_eq!(d.code, 0, "{d:?}");
+    let lines: Vec<&str> = d.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{d:?}");
+    let first_task: serde_json::Value = serde_json::from_str(lines[0]).expect("json line");
+    assert_eq!(first_task["id"], "docs/a.md");
+    assert!(
+        first_task["title"]
+            .as_str()
+            .is_some_and(|t| t.contains("src/a.rs changed in")),
+        "{first_task}"
+    );
+
+    let tools = Project::new();
+    let agent = template_agent(
+        &tools,
+        &format!(
+            r#"if [ -z "$("{bin}" drift --dir docs)" ]; then echo '{{"pass": true, "score": 1.0}}'; else echo '{{"pass": true, "score": 0.5}}'; fi"#,
+            bin = common::bin().display()
+        ),
+        r#"head=$(git rev-parse HEAD); sed "s/last-read-sha: .*/last-read-sha: $head -->/" "$task" > "$task.tmp" && mv "$task.tmp" "$task""#,
+    );
+    from_template(&p, "du", "design-update", None, &agent);
+    let r = run(&p, "du");
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    assert_eq!(p.state("du")["current_task"], "docs/c.md");
+    assert_eq!(p.state("du")["task_source"], "audit");
+    let r = run(&p, "du");
+    assert_eq!(r.json()["reason"], "goal_met", "{r:?}");
+    let ev = p.events("du");
+    assert!(
+        has(&ev, "TASK done=docs/a.md next=docs/c.md source=audit"),
+        "{ev:?}"
+    );
+    assert!(has(&ev, "TASK done=docs/c.md next=none source=-"), "{ev:?}");
+    assert_eq!(ev.last().map(String::as_str), Some("HALT goal_met"));
+    let a = std::fs::read_to_string(p.loop_dir("du").join("worktree/docs/a.md")).expect("doc");
+    assert!(!a.contains(&first), "{a}");
+}
+
+// ---- init ----
+
+#[test]
+fn init_refuses_a_repository_without_a_remote() {
+    let p = Project::git();
+    let r = p.lf(&["init", "--template", "default"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("no git remote"), "{r:?}");
+    assert!(r.stderr.contains("nothing"), "{r:?}");
+    assert!(r.stderr.contains("--no-remote-ok"), "{r:?}");
+    assert!(!p.join(".loopflow").exists());
+    // Not a git repository at all: refused too, with the same way out.
+    let plain = Project::new();
+    let r = plain.lf(&["init"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(!plain.join(".loopflow").exists());
+}
+
+#[test]
+fn init_with_a_remote_sets_up_a_first_loop() {
+    let p = Project::git();
+    let remote = Project::new();
+    p.git_cmd(&[
+        "remote",
+        "add",
+        "origin",
+        remote.path().to_str().expect("utf-8"),
+    ]);
+    p.write(".gitignore", "target/\n");
+    let r = p.lf(&["init", "--task", "tidy up"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(p.loop_dir("default").join("loop.toml").is_file());
+    assert!(p.loop_dir("default").join("worktree/.git").exists());
+    assert_eq!(p.state("default")["current_task"], "tidy up");
+    let gi = p.read(".gitignore");
+    assert!(gi.starts_with("target/\n"), "{gi}");
+    assert!(gi.contains(".loopflow/loops/*/outputs/"), "{gi}");
+    assert!(
+        r.stdout.contains("loopflow run --loop default --dry-run"),
+        "{r:?}"
+    );
+    // Running it again changes nothing and still succeeds.
+    let again = p.lf(&["init", "--task", "tidy up"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    assert_eq!(p.read(".gitignore"), gi);
+    assert!(again.stdout.contains("already exists"), "{again:?}");
+    // The loop it made is ready to check.
+    let c = p.lf(&["check", ".loopflow/loops/default/loop.toml"]);
+    assert_eq!(c.code, 0, "{c:?}");
+}
+
+#[test]
+fn init_no_remote_ok_accepts_the_risk() {
+    let p = Project::git();
+    let r = p.lf(&[
+        "init",
+        "--no-remote-ok",
+        "--template",
+        "self-improvement",
+        "--loop",
+        "si",
+        "--no-worktree",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("no git remote"), "{r:?}");
+    assert!(p.loop_dir("si").join("prompts/implement.md").is_file());
+    assert!(p.read(".gitignore").contains(".loopflow/loops/*/.state.*"));
+}

@@ -25,7 +25,8 @@ pub struct LoopArg {
 pub struct CreateArgs {
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
-    /// Built-in template to start from.
+    /// Built-in template to start from: default, ci-triage, self-improvement, goal,
+    /// design-update (an unknown name lists them with what each does).
     #[arg(long, default_value = "default")]
     pub template: String,
     /// The task the loop works on (work_source "single").
