@@ -2,6 +2,8 @@
 //! `loopflow gate` and `loopflow can-continue`, so all three always agree.
 
 use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
@@ -105,9 +107,63 @@ pub fn current_task(
             }))
         }
         WorkSource::Audit { command } => {
-            Ok(run_audit(command, config, state, paths)?.into_iter().next())
+            if NO_SPAWN.load(Ordering::SeqCst) {
+                // A dry run spawns nothing: show the task the state last recorded.
+                return Ok(Some(Task {
+                    id: state
+                        .current_task
+                        .clone()
+                        .unwrap_or_else(|| "<first task of the audit command>".into()),
+                    title: "the audit command is not run in a dry run".into(),
+                    source: "audit".into(),
+                }));
+            }
+            let key = (paths.dir.clone(), state.iteration_count);
+            let memo = AUDIT_MEMO.lock().ok().and_then(|m| {
+                m.as_ref()
+                    .filter(|(k, _)| *k == key)
+                    .map(|(_, t)| t.clone())
+            });
+            if let Some(t) = memo {
+                return Ok(t);
+            }
+            let task = run_audit(command, config, state, paths)?.into_iter().next();
+            if let Ok(mut m) = AUDIT_MEMO.lock() {
+                *m = Some((key, task.clone()));
+            }
+            Ok(task)
         }
     }
+}
+
+/// The audit's answer for (loop, iteration) within this process: `run` evaluates the gate
+/// before the tick and again in its `gate` node, and the audit runs once for both.
+/// [`next_task`] bypasses it, since the work of the tick may have changed the answer.
+type AuditMemo = Option<((PathBuf, u64), Option<Task>)>;
+static AUDIT_MEMO: Mutex<AuditMemo> = Mutex::new(None);
+
+/// Set by `run --dry-run`: work sources must not spawn processes.
+static NO_SPAWN: AtomicBool = AtomicBool::new(false);
+
+/// Called as a tick starts: forgets the previous tick's audit answer (a daemon runs many
+/// ticks in one process) and, for a dry run, makes work sources spawn nothing.
+pub fn begin_tick(dry_run: bool) {
+    NO_SPAWN.store(dry_run, Ordering::SeqCst);
+    if let Ok(mut m) = AUDIT_MEMO.lock() {
+        *m = None;
+    }
+}
+
+/// The task after a tick's work (the commit node's view): never memoized.
+pub fn next_task(
+    config: &LoopConfig,
+    state: &State,
+    paths: &LoopPaths,
+) -> Result<Option<Task>, String> {
+    if let Ok(mut m) = AUDIT_MEMO.lock() {
+        *m = None;
+    }
+    current_task(config, state, paths)
 }
 
 /// How long an audit command may take before it is killed.

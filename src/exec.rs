@@ -282,6 +282,7 @@ pub fn run_tick(
             return Err(e);
         }
     };
+    crate::brakes::begin_tick(opts.dry_run); // a dry run spawns nothing, audits included
     let gate = crate::brakes::evaluate(&loaded.config, &state, &paths);
     let cwd = if loaded.config.worktree {
         state

@@ -151,7 +151,13 @@ fn audit_command_lines_and_json_lines_are_tasks() {
         "findings.jsonl",
         "{\"id\": \"lint-1\", \"title\": \"unused import in a.rs\"}\n{\"id\": \"lint-2\", \"title\": \"dead code\"}\n",
     );
-    let audit = tools.script("audit.sh", "cat findings.jsonl");
+    let audit = tools.script(
+        "audit.sh",
+        &format!(
+            "echo run >> \"{}\"; cat findings.jsonl",
+            tools.join("audit-runs").display()
+        ),
+    );
     let a = agent(
         &tools,
         &[r#"{"pass": true, "score": 0.6}"#],
@@ -171,8 +177,14 @@ fn audit_command_lines_and_json_lines_are_tasks() {
     );
     let g = p.lf(&["gate", "--loop", "a", "--json"]);
     assert!(g.stdout.contains("lint-1 (from audit)"), "{g:?}");
+    // A dry run spawns nothing, the audit command included.
+    let d = p.lf(&["run", "--loop", "a", "--dry-run"]);
+    assert_eq!(d.code, 0, "{d:?}");
+    assert_eq!(tools.read("audit-runs").lines().count(), 1);
     run(&p, "a");
     assert_eq!(calls(&tools)[0][2], "lint-1");
+    // Once for the gate (memoized for the gate node), once after the work (commit).
+    assert_eq!(tools.read("audit-runs").lines().count(), 3);
     assert_eq!(p.state("a")["current_task"], "lint-2");
     assert_eq!(p.state("a")["task_source"], "audit");
     run(&p, "a");

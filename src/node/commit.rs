@@ -54,9 +54,7 @@ impl NodeSpec for CommitNode {
         // checked its item off), so `status` shows what the next tick will take.
         let next = match env.config.work_source {
             WorkSource::Single => None,
-            _ => Some(crate::brakes::current_task(
-                env.config, &env.state, env.paths,
-            )),
+            _ => Some(crate::brakes::next_task(env.config, &env.state, env.paths)),
         };
         let goal = verdict
             .as_ref()
