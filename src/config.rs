@@ -145,9 +145,15 @@ impl LoopConfig {
                     Some(k) => match k.value.as_str() {
                         "single" => WorkSource::Single,
                         "backlog" => {
-                            let file = t
-                                .str("file", diags)
-                                .map_or("BACKLOG.md".to_string(), |s| s.value);
+                            let file_str = t.str("file", diags);
+                            if let Some(f) = &file_str {
+                                check_source_template(
+                                    &Tmpl::literal(source, &f.value, f.span.clone()),
+                                    "work_source.file",
+                                    diags,
+                                );
+                            }
+                            let file = file_str.map_or("BACKLOG.md".to_string(), |s| s.value);
                             // `{{cwd}}/BACKLOG.md` is rendered per tick (the loop's worktree).
                             WorkSource::Backlog {
                                 file: if file.contains("{{") {
@@ -158,12 +164,16 @@ impl LoopConfig {
                             }
                         }
                         "audit" => match t.str_list("command", diags) {
-                            Some((argv, _)) if !argv.is_empty() => WorkSource::Audit {
-                                command: argv
+                            Some((argv, _)) if !argv.is_empty() => {
+                                let command: Vec<Tmpl> = argv
                                     .iter()
                                     .map(|s| Tmpl::literal(source, &s.value, s.span.clone()))
-                                    .collect(),
-                            },
+                                    .collect();
+                                for c in &command {
+                                    check_source_template(c, "work_source.command", diags);
+                                }
+                                WorkSource::Audit { command }
+                            }
                             Some((_, span)) => {
                                 diags.push(empty_argv(source, span, "work_source.command"));
                                 WorkSource::Single
@@ -494,6 +504,48 @@ impl LoopConfig {
                 .label("this command runs the agent's default model")
                 .help("add the agent's model flag with `{{model}}`, e.g. `\"--model\", \"{{model}}\"`, so verification is really done by a different model"),
             );
+        }
+    }
+}
+
+/// Work-source templates are rendered by the gate, before any node runs: only these
+/// variables exist there.
+pub const SOURCE_VARS: &[&str] = &["loop", "project", "cwd"];
+
+fn check_source_template(t: &Tmpl, key: &str, diags: &mut Diagnostics) {
+    match crate::template::scan(&t.text) {
+        Err(e) => diags.push(
+            Diagnostic::error(
+                Code::TemplateSyntax,
+                &t.source,
+                t.span_of(e.range),
+                format!("`{key}` is not a valid template: {}", e.message),
+            )
+            .label("here")
+            .help("templates use handlebars: `{{cwd}}/BACKLOG.md`"),
+        ),
+        Ok(usages) => {
+            for u in usages {
+                if u.path.len() == 1 && SOURCE_VARS.contains(&u.path[0].as_str()) {
+                    continue;
+                }
+                diags.push(
+                    Diagnostic::error(
+                        Code::UnknownVariable,
+                        &t.source,
+                        t.span_of(u.range),
+                        format!(
+                            "`{key}` uses `{}`, which does not exist when the work source is read",
+                            u.path.join(".")
+                        ),
+                    )
+                    .label("not available here")
+                    .help(format!(
+                        "the work source is read by the gate, before any node runs; use {}",
+                        list(SOURCE_VARS)
+                    )),
+                );
+            }
         }
     }
 }

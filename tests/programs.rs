@@ -524,6 +524,47 @@ fn verdict_cache_keys_on_the_working_tree_when_there_is_no_output_file() {
 }
 
 #[test]
+fn verdict_cache_never_replays_an_unparseable_verdict() {
+    let (p, tools) = (Project::new(), Project::new());
+    let a = agent(
+        &tools,
+        &["no verdict here"],
+        r#"echo same > "$output""#,
+    );
+    let toml = loop_toml(&a, "score_plateau_window = 10", "")
+        .replace("[roles.verify]\n", "[roles.verify]\ncache = true\n");
+    setup_with_task(&p, "u", &toml);
+    let r = run(&p, "u");
+    assert_eq!(r.json()["reason"], "verifier_failed:unparseable", "{r:?}");
+    assert_eq!(p.lf(&["approve", "--loop", "u", "--by", "t"]).code, 0);
+    // The human fixed the verifier (here: its answers).
+    tools.write("verdicts", "{\"pass\": false, \"score\": 0.5}\n");
+    // Same task, same artifact: the verifier still runs, since nothing was cached.
+    run(&p, "u");
+    assert_eq!(verify_ticks(&tools), ["1", "1"]);
+    assert!(has(&p.events("u"), "TICK pass=false score=0.5 iter=1"));
+}
+
+#[test]
+fn work_source_templates_only_see_gate_variables() {
+    let p = Project::new();
+    let a = p.script("agent.sh", "true");
+    setup_with_task(
+        &p,
+        "v",
+        &loop_toml(
+            &a,
+            "",
+            "[work_source]\nkind = \"backlog\"\nfile = \"{{current_task}}/BACKLOG.md\"\n",
+        ),
+    );
+    let c = p.lf(&["check", ".loopflow/loops/v/loop.toml", "--format", "json"]);
+    assert_eq!(c.code, 3, "{c:?}");
+    assert!(c.stdout.contains("unknown-variable"), "{c:?}");
+    assert!(c.stdout.contains("work_source.file"), "{c:?}");
+}
+
+#[test]
 fn verdict_cache_is_off_by_default() {
     let (p, tools) = (Project::new(), Project::new());
     let a = agent(
@@ -844,6 +885,13 @@ fn design_update_takes_drifting_docs_until_all_are_in_sync() {
     from_template(&p, "du", "design-update", None, &agent);
     let r = run(&p, "du");
     assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    // The prompt names the doc and why it drifted (`{{task_title}}`).
+    let prompt = std::fs::read_to_string(p.loop_dir("du").join("outputs/1-implement.prompt.md"))
+        .expect("prompt");
+    assert!(
+        prompt.contains("`docs/a.md`: docs/a.md: src/a.rs changed in"),
+        "{prompt}"
+    );
     assert_eq!(p.state("du")["current_task"], "docs/c.md");
     assert_eq!(p.state("du")["task_source"], "audit");
     let r = run(&p, "du");

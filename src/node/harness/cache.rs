@@ -170,12 +170,17 @@ pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
     })
 }
 
-/// Remembers a successful run's stdout under `key` (best-effort: a cache that cannot be
+/// Remembers a successful run's stdout under `key` when it holds a verdict (best-effort: a cache that cannot be
 /// written only means the next identical tick grades again).
 pub fn store(ctx: &NodeCtx<'_>, role: &str, key: &str, stdout: Option<&Path>) {
     let Some(text) = stdout.and_then(|p| std::fs::read_to_string(p).ok()) else {
         return;
     };
+    // Only a verdict is worth replaying: output that does not parse halts the loop, and
+    // after a human fixes the verifier the next tick must really run it again.
+    if crate::verdict::parse(&text).is_err() {
+        return;
+    }
     let path = cache_path(ctx, role);
     let mut cache = load(&path);
     cache.entries.shift_remove(key);
