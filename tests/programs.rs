@@ -526,11 +526,7 @@ fn verdict_cache_keys_on_the_working_tree_when_there_is_no_output_file() {
 #[test]
 fn verdict_cache_never_replays_an_unparseable_verdict() {
     let (p, tools) = (Project::new(), Project::new());
-    let a = agent(
-        &tools,
-        &["no verdict here"],
-        r#"echo same > "$output""#,
-    );
+    let a = agent(&tools, &["no verdict here"], r#"echo same > "$output""#);
     let toml = loop_toml(&a, "score_plateau_window = 10", "")
         .replace("[roles.verify]\n", "[roles.verify]\ncache = true\n");
     setup_with_task(&p, "u", &toml);
