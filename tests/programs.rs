@@ -971,3 +971,52 @@ fn init_no_remote_ok_accepts_the_risk() {
     assert!(p.loop_dir("si").join("prompts/implement.md").is_file());
     assert!(p.read(".gitignore").contains(".loopflow/loops/*/.state.*"));
 }
+
+#[test]
+fn init_asks_on_a_terminal_only() {
+    // `script` gives loopflow a pseudo-terminal as stdin; the answers come through it.
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: util-linux `script` is not installed (needed for a pty)");
+        return;
+    }
+    let p = Project::git();
+    let cmd = format!(
+        "{} --project {} init --no-remote-ok --no-worktree",
+        common::bin().display(),
+        p.path().display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("script");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(b"goal\nmyloop\nship the thing\n")
+            .expect("answers");
+    }
+    let out = child.wait_with_output().expect("wait");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("template [default]"), "{text}");
+    let s = p.state("myloop");
+    assert_eq!(s["current_task"], "ship the thing");
+    assert!(
+        p.read(".loopflow/loops/myloop/loop.toml")
+            .contains("goal_score = 0.9")
+    );
+    // Without a terminal nothing is asked: defaults for what the flags leave out.
+    let q = Project::git();
+    let r = q.lf(&["init", "--no-remote-ok", "--no-worktree"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stdout.contains("template ["), "{r:?}");
+    assert!(q.loop_dir("default").join("loop.toml").is_file());
+}

@@ -208,6 +208,7 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
         println!("warning: no git remote: nothing to recover from if a tick goes wrong");
     }
     println!();
+    // Plain substitution, not handlebars: the text shows `{{prompt}}` and friends literally.
     print!(
         "{}",
         include_str!("../../prompts/onboarding.md")
