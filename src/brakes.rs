@@ -91,11 +91,12 @@ pub fn current_task(
                 }
                 _ => file.clone(),
             };
-            let text = match std::fs::read_to_string(&file) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(format!("{}: {e}", file.display())),
-            };
+            let text = std::fs::read_to_string(&file).map_err(|e| {
+                format!(
+                    "backlog {}: {e} (work_source.file in loop.toml)",
+                    file.display()
+                )
+            })?;
             let name = file
                 .strip_prefix(loop_cwd(config, state, paths))
                 .or_else(|_| file.strip_prefix(&paths.project))

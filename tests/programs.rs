@@ -141,6 +141,14 @@ fn backlog_takes_topmost_item_and_advances_when_checked_off() {
         Some("SKIP reason=no_current_task")
     );
     assert_eq!(p.state("b")["iteration_count"], 2);
+    // A backlog file that is not there: no task either, and the gate says why.
+    std::fs::remove_file(p.join("BACKLOG.md")).expect("rm");
+    let g = p.lf(&["gate", "--loop", "b", "--json"]);
+    assert!(
+        g.stdout.contains("work source unreadable: backlog"),
+        "{g:?}"
+    );
+    assert_eq!(run(&p, "b").json()["reason"], "no_current_task");
 }
 
 #[test]
@@ -591,6 +599,13 @@ fn compaction_prompt_replaces_a_prompt_that_fills_the_context() {
             "[roles.implement]\ncompaction_prompt = \"prompts/compaction.md\"\ncompaction_share = 0.001\n",
         );
     setup_with_task(&p, "k", &toml);
+    // A compaction prompt that does not exist is a configuration error.
+    let missing = toml.replace("prompts/compaction.md", "prompts/nope.md");
+    p.loop_toml("k", &missing);
+    let c = p.lf(&["check", ".loopflow/loops/k/loop.toml", "--format", "json"]);
+    assert_eq!(c.code, 3, "{c:?}");
+    assert!(c.stdout.contains("compaction prompt"), "{c:?}");
+    p.loop_toml("k", &toml);
     assert!(
         p.loop_dir("k").join("prompts/compaction.md").is_file(),
         "create ships the compaction prompt"
