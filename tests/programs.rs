@@ -328,6 +328,32 @@ fn budget_seconds_counts_harness_wall_time() {
 }
 
 #[test]
+fn usage_reported_by_an_agent_counts_toward_the_budget() {
+    let (p, tools) = (Project::new(), Project::new());
+    // The implement agent reports its usage in its output file (as `claude -p
+    // --output-format json` would), the verifier its own in the verdict.
+    let a = agent(
+        &tools,
+        &[r#"{"pass": false, "score": 0.5, "cost_usd": 0.1, "tokens": 50}"#],
+        r#"echo '{"total_cost_usd": 0.3, "usage": {"input_tokens": 100, "output_tokens": 20}}' > "$output""#,
+    );
+    setup_with_task(
+        &p,
+        "r",
+        &loop_toml(&a, "max_tokens = 300\nscore_plateau_window = 10", ""),
+    );
+    run(&p, "r");
+    let spent = &p.state("r")["spent"];
+    assert!(
+        (spent["usd"].as_f64().unwrap() - 0.4).abs() < 1e-9,
+        "{spent}"
+    );
+    assert_eq!(spent["tokens"], 170);
+    let (iter, reason) = until_halt(&p, "r", 4);
+    assert_eq!((iter, reason.as_str()), (2, "budget_exhausted:tokens"));
+}
+
+#[test]
 fn goal_met_halts_after_committing_and_shows_in_status() {
     let (p, tools) = (Project::new(), Project::new());
     let a = agent(

@@ -1,5 +1,6 @@
 //! `commit`: the only node that writes `.state.loop`: iteration, timestamps, verdict,
-//! score history (capped at the plateau window) and spend, in one atomic write; then the
+//! score history (capped at the plateau window) and spend (verdict, agents' reported
+//! usage, wall time), in one atomic write; then the
 //! `TICK` log line. A verdict that meets the goal also halts the loop as `goal_met`.
 
 use crate::config::WorkSource;
@@ -39,6 +40,29 @@ fn fmt_score(s: f64) -> String {
     }
 }
 
+/// Usage an agent reported in its `{{output}}` file, when that file is a JSON object:
+/// `cost_usd` (or Claude Code's `total_cost_usd`) and `tokens` (or `usage.input_tokens`
+/// + `usage.output_tokens`). Counted on top of the verdict's own `cost_usd`/`tokens`.
+fn reported_usage(path: &std::path::Path) -> (f64, u64) {
+    let Some(v) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .filter(serde_json::Value::is_object)
+    else {
+        return (0.0, 0);
+    };
+    let usd = v["cost_usd"]
+        .as_f64()
+        .or_else(|| v["total_cost_usd"].as_f64())
+        .filter(|x| x.is_finite() && *x >= 0.0)
+        .unwrap_or(0.0);
+    let tokens = v["tokens"].as_u64().unwrap_or_else(|| {
+        v["usage"]["input_tokens"].as_u64().unwrap_or(0)
+            + v["usage"]["output_tokens"].as_u64().unwrap_or(0)
+    });
+    (usd, tokens)
+}
+
 impl NodeSpec for CommitNode {
     fn commits(&self) -> bool {
         true
@@ -50,6 +74,12 @@ impl NodeSpec for CommitNode {
         let verdict = ctx.verdict().cloned();
         let seconds = ctx.upstream_seconds();
         let cached = ctx.upstream.iter().any(|(_, o)| o.cached);
+        let (usage_usd, usage_tokens) = ctx
+            .upstream
+            .iter()
+            .filter_map(|(_, o)| o.output_path.as_deref())
+            .map(reported_usage)
+            .fold((0.0, 0), |(u, t), (du, dt)| (u + du, t + dt));
         // Backlog and audit sources: the task after this tick's work (the agent may have
         // checked its item off), so `status` shows what the next tick will take.
         let next = match env.config.work_source {
@@ -66,6 +96,8 @@ impl NodeSpec for CommitNode {
             s.last_tick_at = Some(now());
             s.consecutive_aborts = 0;
             s.spent.seconds += seconds;
+            s.spent.usd += usage_usd;
+            s.spent.tokens += usage_tokens;
             if let Some(v) = &verdict {
                 s.score_history.push(v.score);
                 let window = brakes.score_plateau_window.max(1);
