@@ -310,9 +310,9 @@ fn plateau(history: &[f64], window: usize, epsilon: f64) -> Option<(f64, f64)> {
     (hi - lo <= epsilon + 1e-9).then_some((lo, hi))
 }
 
+/// Shortest form, at most 4 decimals (`0.8`, `12.5`): cheap, unlike `{:.4}`.
 fn fmt_num(n: f64) -> String {
-    let s = format!("{n:.4}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
+    ((n * 10_000.0).round() / 10_000.0).to_string()
 }
 
 /// Evaluates every check in DESIGN §6's order; the first failing one decides.
@@ -412,7 +412,11 @@ pub fn evaluate(config: &LoopConfig, state: &State, paths: &LoopPaths) -> GateRe
         b.score_plateau_window,
         b.score_plateau_epsilon,
     );
-    let hist: Vec<String> = state.score_history.iter().map(|s| fmt_num(*s)).collect();
+    let recent = &state.score_history[state
+        .score_history
+        .len()
+        .saturating_sub(b.score_plateau_window)..];
+    let hist: Vec<String> = recent.iter().map(|s| fmt_num(*s)).collect();
     decide(
         Verdict::Halt {
             reason: "verifier_failed:score_plateau".into(),

@@ -4,7 +4,10 @@
 
 use std::ops::Range;
 
-use handlebars::Handlebars;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use handlebars::{Context, Handlebars, RenderContext, Renderable, StringOutput, Template};
 use serde_json::Value;
 
 use crate::diag::SourceRef;
@@ -83,7 +86,10 @@ pub struct ScanError {
 
 /// Every variable path used outside `#each`/`#with` blocks (whose context changes), in order.
 pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
-    if let Err(e) = handlebars::Template::compile(text) {
+    if !text.contains("{{") {
+        return Ok(Vec::new());
+    }
+    if let Err(e) = compiled(text) {
         let range = e
             .pos()
             .map(|(line, col)| {
@@ -323,18 +329,42 @@ pub fn engine() -> Handlebars<'static> {
     hb
 }
 
+/// Compiles a template once per process: `check` and rendering share the result, so a
+/// tick parses each prompt and argv element once (handlebars' parser dominated a tick's
+/// CPU time before this cache).
+fn compiled(text: &str) -> Result<Arc<Template>, handlebars::TemplateError> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Template>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(t) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(text) {
+        return Ok(Arc::clone(t));
+    }
+    let t = Arc::new(Template::compile(text)?);
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(text.to_string(), Arc::clone(&t));
+    Ok(t)
+}
+
 /// Renders one template against a JSON context.
 pub fn render(hb: &Handlebars<'_>, text: &str, ctx: &Value) -> Result<String, String> {
     if !text.contains("{{") {
         return Ok(text.to_string());
     }
-    hb.render_template(text, ctx).map_err(|e| {
+    let describe = |e: &handlebars::RenderError| {
         let reason = e.reason().to_string();
         match (e.line_no, e.column_no) {
             (Some(l), Some(c)) => format!("{reason} (line {l}, column {c})"),
             _ => reason,
         }
-    })
+    };
+    let tpl = compiled(text).map_err(|e| e.reason().to_string())?;
+    let data = Context::wraps(ctx).map_err(|e| describe(&e))?;
+    let mut rc = RenderContext::new(None);
+    let mut out = StringOutput::new();
+    tpl.render(hb, &data, &mut rc, &mut out)
+        .map_err(|e| describe(&e))?;
+    out.into_string().map_err(|e| e.to_string())
 }
 
 /// Is a rendered `when` condition true? Empty, `false` and `0` are false.

@@ -1,0 +1,156 @@
+//! Benchmark: a full tick of the default pipeline whose agents are `true` (and `echo` for
+//! the verifier's verdict), against the bare floor of spawning the same three processes
+//! with output to files and writing one state file atomically. Reported as a ratio
+//! measured in the same run; run with `cargo bench --bench tick`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use loopflow::exec::{RunOptions, run_tick};
+use loopflow::project::{CreateOptions, create};
+
+const VERDICT: &str = r#"{"pass": false, "score": 0.5}"#;
+
+fn loop_toml() -> String {
+    format!(
+        r#"[brakes]
+max_iterations = 1000000
+context_tokens = 32000
+score_plateau_window = 50
+
+[harness]
+command = ["true"]
+
+[roles.implement]
+prompt = "prompts/loop-implement.md"
+[roles.verify]
+prompt = "prompts/loop-verifier.md"
+command = ["echo", {VERDICT:?}]
+[roles.orchestrate]
+prompt = "prompts/loop-orchestrate.md"
+
+[worktree]
+enabled = false
+"#
+    )
+}
+
+/// The floor: what any runner must do at the least.
+fn floor(dir: &Path) {
+    for (i, argv) in [vec!["true"], vec!["echo", VERDICT], vec!["true"]]
+        .iter()
+        .enumerate()
+    {
+        let out =
+            std::fs::File::create(dir.join(format!("floor-{i}.stdout"))).expect("stdout file");
+        let err =
+            std::fs::File::create(dir.join(format!("floor-{i}.stderr"))).expect("stderr file");
+        let status = Command::new(argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .expect("spawn");
+        assert!(status.success());
+    }
+    let state = dir.join("floor.state");
+    loopflow::state::write_atomic(dir, &state, b"{\"iteration_count\": 1}\n")
+        .expect("atomic write");
+}
+
+/// The verifier always says 0.5; clear the score history (untimed) before the window
+/// fills so the plateau brake never ends the benchmark.
+fn reset_history(paths: &loopflow::state::LoopPaths) {
+    let mut s = paths.load().expect("state");
+    if s.score_history.len() >= 40 {
+        s.score_history.clear();
+        loopflow::state::save(&paths.state, &s).expect("save");
+    }
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let project = tempfile::tempdir().expect("tempdir");
+    let floor_dir = tempfile::tempdir().expect("tempdir");
+    let o = CreateOptions {
+        name: "bench",
+        template: "default",
+        task: Some("benchmark".into()),
+        worktree: false,
+        harness: None,
+    };
+    let paths = create(project.path(), &o).expect("create loop");
+    std::fs::write(paths.dir.join("loop.toml"), loop_toml()).expect("loop.toml");
+    let exe = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/loopflow");
+    let cli = exe.exists();
+    let cancel = AtomicBool::new(false);
+    let opts = RunOptions::default();
+
+    // Warm up caches, page in binaries.
+    for _ in 0..10 {
+        floor(floor_dir.path());
+        run_tick(project.path(), "bench", &opts, &cancel).expect("tick");
+    }
+    let (mut f, mut t, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let s = Instant::now();
+        floor(floor_dir.path());
+        f.push(s.elapsed());
+        let s = Instant::now();
+        let sum = run_tick(project.path(), "bench", &opts, &cancel).expect("tick");
+        t.push(s.elapsed());
+        assert_eq!(format!("{:?}", sum.outcome), "Tick", "{sum:?}");
+        reset_history(&paths);
+        if cli {
+            let s = Instant::now();
+            let st = Command::new(&exe)
+                .args(["--project"])
+                .arg(project.path())
+                .args(["run", "--loop", "bench"])
+                .stdout(Stdio::null())
+                .status()
+                .expect("spawn loopflow");
+            c.push(s.elapsed());
+            assert!(st.success());
+            reset_history(&paths);
+        }
+    }
+    let (mf, mt) = (median(&mut f), median(&mut t));
+    println!("tick benchmark ({rounds} rounds, medians)");
+    println!(
+        "  floor (spawn 3 agents + 1 atomic state write): {:>8.3} ms",
+        mf.as_secs_f64() * 1e3
+    );
+    println!(
+        "  loopflow tick, in process (library run_tick):  {:>8.3} ms",
+        mt.as_secs_f64() * 1e3
+    );
+    println!(
+        "  ratio in-process tick / floor:                 {:>8.2}x",
+        mt.as_secs_f64() / mf.as_secs_f64()
+    );
+    if cli {
+        let mc = median(&mut c);
+        println!(
+            "  loopflow run, as a process (release binary):   {:>8.3} ms",
+            mc.as_secs_f64() * 1e3
+        );
+        println!(
+            "  ratio CLI tick / floor:                        {:>8.2}x",
+            mc.as_secs_f64() / mf.as_secs_f64()
+        );
+    } else {
+        println!("  (build the release binary first to also time `loopflow run` as a process)");
+    }
+}
