@@ -125,9 +125,11 @@ pub mod files {
     #[allow(dead_code)]
     pub struct WorkSourceFile {
         pub kind: Option<WorkSourceKind>,
-        /// backlog: the markdown checklist (default BACKLOG.md).
+        /// backlog: the markdown checklist (default BACKLOG.md, relative to loop.toml); a
+        /// template may use `{{cwd}}` (the loop's worktree), `{{project}}`, `{{loop}}`.
         pub file: Option<String>,
-        /// audit: a command whose output lines are tasks.
+        /// audit: argv templates (`{{cwd}}`, `{{project}}`, `{{loop}}`; no shell) whose
+        /// output lines, or JSON lines with `id`/`title`, are tasks.
         pub command: Option<Vec<String>>,
     }
 
