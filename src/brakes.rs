@@ -1,6 +1,10 @@
 //! The gate (DESIGN §6): every brake evaluated in order, shared by the `gate` node,
 //! `loopflow gate` and `loopflow can-continue`, so all three always agree.
 
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde::Serialize;
 
 use crate::config::{LoopConfig, WorkSource};
@@ -35,8 +39,34 @@ pub struct GateReport {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
+    /// What `current_task` holds: a backlog item's bold slug, an audit line's `id`.
+    pub id: String,
+    /// The whole item text or audit `title` (the id when there is nothing more).
     pub title: String,
+    /// Where it came from: `--task`, `backlog:BACKLOG.md`, `audit`.
     pub source: String,
+}
+
+/// The directory a loop's agents work in: its worktree, or the project root.
+pub fn loop_cwd(config: &LoopConfig, state: &State, paths: &LoopPaths) -> PathBuf {
+    if config.worktree {
+        state
+            .worktree_path
+            .as_ref()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| paths.worktree.clone())
+    } else {
+        paths.project.clone()
+    }
+}
+
+/// Variables a work source's templates (backlog path, audit argv) may use.
+fn source_vars(config: &LoopConfig, state: &State, paths: &LoopPaths) -> serde_json::Value {
+    serde_json::json!({
+        "loop": paths.name,
+        "project": paths.project.display().to_string(),
+        "cwd": loop_cwd(config, state, paths).display().to_string(),
+    })
 }
 
 /// The task the loop works on now, from its work source.
@@ -47,30 +77,204 @@ pub fn current_task(
 ) -> Result<Option<Task>, String> {
     match &config.work_source {
         WorkSource::Single => Ok(state.current_task.clone().map(|t| Task {
-            title: t,
+            title: t.clone(),
+            id: t,
             source: state.task_source.clone().unwrap_or_else(|| "state".into()),
         })),
         WorkSource::Backlog { file } => {
-            let text = match std::fs::read_to_string(file) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(format!("{}: {e}", file.display())),
+            let file = match file.to_str() {
+                Some(f) if f.contains("{{") => {
+                    let hb = crate::template::engine();
+                    let p = crate::template::render(&hb, f, &source_vars(config, state, paths))
+                        .map_err(|e| format!("work_source.file `{f}`: {e}"))?;
+                    PathBuf::from(p)
+                }
+                _ => file.clone(),
             };
-            let name = crate::diag::display_name(file, &paths.project);
-            Ok(backlog_top(&text).map(|title| Task {
+            let text = std::fs::read_to_string(&file).map_err(|e| {
+                format!(
+                    "backlog {}: {e} (work_source.file in loop.toml)",
+                    file.display()
+                )
+            })?;
+            let name = file
+                .strip_prefix(loop_cwd(config, state, paths))
+                .or_else(|_| file.strip_prefix(&paths.project))
+                .map_or_else(|_| file.display().to_string(), |p| p.display().to_string());
+            Ok(backlog_item(&text).map(|(id, title)| Task {
+                id,
                 title,
                 source: format!("backlog:{name}"),
             }))
         }
-        WorkSource::Audit { .. } => Ok(state.current_task.clone().map(|t| Task {
-            title: t,
-            source: "audit".into(),
-        })),
+        WorkSource::Audit { command } => {
+            if NO_SPAWN.load(Ordering::SeqCst) {
+                // A dry run spawns nothing: show the task the state last recorded.
+                return Ok(Some(Task {
+                    id: state
+                        .current_task
+                        .clone()
+                        .unwrap_or_else(|| "<first task of the audit command>".into()),
+                    title: "the audit command is not run in a dry run".into(),
+                    source: "audit".into(),
+                }));
+            }
+            let key = (paths.dir.clone(), state.iteration_count);
+            let memo = AUDIT_MEMO.lock().ok().and_then(|m| {
+                m.as_ref()
+                    .filter(|(k, _)| *k == key)
+                    .map(|(_, t)| t.clone())
+            });
+            if let Some(t) = memo {
+                return Ok(t);
+            }
+            let task = run_audit(command, config, state, paths)?.into_iter().next();
+            if let Ok(mut m) = AUDIT_MEMO.lock() {
+                *m = Some((key, task.clone()));
+            }
+            Ok(task)
+        }
     }
 }
 
-/// The topmost unchecked `- [ ]` item of a markdown checklist; a bold slug is its id.
-pub fn backlog_top(text: &str) -> Option<String> {
+/// The audit's answer for (loop, iteration) within this process: `run` evaluates the gate
+/// before the tick and again in its `gate` node, and the audit runs once for both.
+/// [`next_task`] bypasses it, since the work of the tick may have changed the answer.
+type AuditMemo = Option<((PathBuf, u64), Option<Task>)>;
+static AUDIT_MEMO: Mutex<AuditMemo> = Mutex::new(None);
+
+/// Set by `run --dry-run`: work sources must not spawn processes.
+static NO_SPAWN: AtomicBool = AtomicBool::new(false);
+
+/// Called as a tick starts: forgets the previous tick's audit answer (a daemon runs many
+/// ticks in one process) and, for a dry run, makes work sources spawn nothing.
+pub fn begin_tick(dry_run: bool) {
+    NO_SPAWN.store(dry_run, Ordering::SeqCst);
+    if let Ok(mut m) = AUDIT_MEMO.lock() {
+        *m = None;
+    }
+}
+
+/// The task after a tick's work (the commit node's view): never memoized.
+pub fn next_task(
+    config: &LoopConfig,
+    state: &State,
+    paths: &LoopPaths,
+) -> Result<Option<Task>, String> {
+    if let Ok(mut m) = AUDIT_MEMO.lock() {
+        *m = None;
+    }
+    current_task(config, state, paths)
+}
+
+/// How long an audit command may take before it is killed.
+const AUDIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Runs the audit command (argv templates, no shell) in the loop's working directory and
+/// reads its tasks: one per line, or JSON lines with `id` and `title`. `#` lines and
+/// blank lines are ignored. An argv starting with `loopflow` runs this very binary.
+pub fn run_audit(
+    command: &[crate::template::Tmpl],
+    config: &LoopConfig,
+    state: &State,
+    paths: &LoopPaths,
+) -> Result<Vec<Task>, String> {
+    let hb = crate::template::engine();
+    let vars = source_vars(config, state, paths);
+    let mut argv = Vec::new();
+    for t in command {
+        argv.push(
+            crate::template::render(&hb, &t.text, &vars)
+                .map_err(|e| format!("work_source.command element `{}`: {e}", t.text))?,
+        );
+    }
+    if argv.first().is_some_and(|a| a == "loopflow")
+        && let Ok(exe) = std::env::current_exe()
+    {
+        argv[0] = exe.display().to_string();
+    }
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir for the audit output: {e}"))?;
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let cwd = loop_cwd(config, state, paths);
+    let cwd = if cwd.is_dir() {
+        cwd
+    } else {
+        paths.project.clone()
+    };
+    let done = crate::process::run(&crate::process::Spawn {
+        argv: &argv,
+        cwd: &cwd,
+        env: vec![
+            ("LOOPFLOW_LOOP".into(), paths.name.clone()),
+            (
+                "LOOPFLOW_PROJECT".into(),
+                paths.project.display().to_string(),
+            ),
+        ],
+        stdout: out.clone(),
+        stderr: err.clone(),
+        timeout: Some(AUDIT_TIMEOUT),
+        cancel: &cancel,
+    });
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    match done.exit {
+        crate::process::Exit::Code(0) => {}
+        // Linters often exit non-zero exactly when they found something: keep their output.
+        crate::process::Exit::Code(_) if !text.trim().is_empty() => {}
+        other => {
+            let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+            return Err(format!(
+                "audit command `{}` failed ({}): {}",
+                argv.join(" "),
+                other.reason(),
+                stderr.lines().next().unwrap_or("no output")
+            ));
+        }
+    }
+    Ok(audit_tasks(&text))
+}
+
+/// Parses audit output: plain lines, or JSON objects with `id` (and `title`).
+pub fn audit_tasks(text: &str) -> Vec<Task> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let json = l
+                .starts_with('{')
+                .then(|| serde_json::from_str::<serde_json::Value>(l).ok())
+                .flatten();
+            let field = |v: &serde_json::Value, k: &str| match &v[k] {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            };
+            match json {
+                Some(v) if field(&v, "id").is_some() || field(&v, "title").is_some() => {
+                    let id = field(&v, "id")
+                        .or_else(|| field(&v, "title"))
+                        .unwrap_or_default();
+                    let title = field(&v, "title").unwrap_or_else(|| id.clone());
+                    Task {
+                        id,
+                        title,
+                        source: "audit".into(),
+                    }
+                }
+                _ => Task {
+                    id: l.to_string(),
+                    title: l.to_string(),
+                    source: "audit".into(),
+                },
+            }
+        })
+        .collect()
+}
+
+/// The topmost unchecked `- [ ]` item of a markdown checklist: its id (the bold slug,
+/// else the text) and its whole text.
+pub fn backlog_item(text: &str) -> Option<(String, String)> {
     text.lines().find_map(|l| {
         let t = l.trim_start();
         let rest = t
@@ -81,10 +285,18 @@ pub fn backlog_top(text: &str) -> Option<String> {
         if let Some(after) = rest.strip_prefix("**")
             && let Some(end) = after.find("**")
         {
-            return Some(after[..end].trim().to_string());
+            let id = after[..end].trim().to_string();
+            if !id.is_empty() {
+                return Some((id, rest.to_string()));
+            }
         }
-        (!rest.is_empty()).then(|| rest.to_string())
+        (!rest.is_empty()).then(|| (rest.to_string(), rest.to_string()))
     })
+}
+
+/// The id of the topmost unchecked `- [ ]` item; a bold slug is its id.
+pub fn backlog_top(text: &str) -> Option<String> {
+    backlog_item(text).map(|(id, _)| id)
 }
 
 fn plateau(history: &[f64], window: usize, epsilon: f64) -> Option<(f64, f64)> {
@@ -230,7 +442,7 @@ pub fn evaluate(config: &LoopConfig, state: &State, paths: &LoopPaths) -> GateRe
 
     let task = current_task(config, state, paths);
     let (task_ok, task_detail, task) = match task {
-        Ok(Some(t)) => (true, format!("{} (from {})", t.title, t.source), Some(t)),
+        Ok(Some(t)) => (true, format!("{} (from {})", t.id, t.source), Some(t)),
         Ok(None) => (false, "no current task".to_string(), None),
         Err(e) => (false, format!("work source unreadable: {e}"), None),
     };
@@ -313,6 +525,21 @@ mod tests {
             Some("plain task")
         );
         assert_eq!(backlog_top("- [x] all done"), None);
+        assert_eq!(
+            backlog_item("- [ ] **a-b** fix it").map(|x| x.1).as_deref(),
+            Some("**a-b** fix it")
+        );
+    }
+
+    #[test]
+    fn audit_lines_and_json() {
+        let t = audit_tasks(
+            "# header\n\nplain task\n{\"id\": \"x1\", \"title\": \"Fix x\"}\n{\"id\": 7}\n",
+        );
+        let ids: Vec<&str> = t.iter().map(|t| t.id.as_str()).collect();
+        assert_eq!(ids, ["plain task", "x1", "7"]);
+        assert_eq!(t[1].title, "Fix x");
+        assert_eq!(t[2].title, "7");
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub struct Role {
     pub model: Option<String>,
     pub timeout: Option<Duration>,
     pub cache: bool,
+    /// Rendered instead of `prompt` when the prompt would fill too much of the context.
+    pub compaction_prompt: Option<(PathBuf, Str)>,
+    /// The share of `brakes.context_tokens` past which the compaction prompt is used.
+    pub compaction_share: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -140,19 +144,36 @@ impl LoopConfig {
                     None => WorkSource::Single,
                     Some(k) => match k.value.as_str() {
                         "single" => WorkSource::Single,
-                        "backlog" => WorkSource::Backlog {
-                            file: resolve(
-                                &t.str("file", diags)
-                                    .map_or("BACKLOG.md".to_string(), |s| s.value),
-                            ),
-                        },
+                        "backlog" => {
+                            let file_str = t.str("file", diags);
+                            if let Some(f) = &file_str {
+                                check_source_template(
+                                    &Tmpl::literal(source, &f.value, f.span.clone()),
+                                    "work_source.file",
+                                    diags,
+                                );
+                            }
+                            let file = file_str.map_or("BACKLOG.md".to_string(), |s| s.value);
+                            // `{{cwd}}/BACKLOG.md` is rendered per tick (the loop's worktree).
+                            WorkSource::Backlog {
+                                file: if file.contains("{{") {
+                                    PathBuf::from(file)
+                                } else {
+                                    resolve(&file)
+                                },
+                            }
+                        }
                         "audit" => match t.str_list("command", diags) {
-                            Some((argv, _)) if !argv.is_empty() => WorkSource::Audit {
-                                command: argv
+                            Some((argv, _)) if !argv.is_empty() => {
+                                let command: Vec<Tmpl> = argv
                                     .iter()
                                     .map(|s| Tmpl::literal(source, &s.value, s.span.clone()))
-                                    .collect(),
-                            },
+                                    .collect();
+                                for c in &command {
+                                    check_source_template(c, "work_source.command", diags);
+                                }
+                                WorkSource::Audit { command }
+                            }
                             Some((_, span)) => {
                                 diags.push(empty_argv(source, span, "work_source.command"));
                                 WorkSource::Single
@@ -224,7 +245,18 @@ impl LoopConfig {
         if let Some(rt) = root.table("roles", diags) {
             roles_span = Some(rt.span.clone());
             for (name, t) in rt.subtables(diags) {
-                t.deny_unknown(&["prompt", "command", "model", "timeout", "cache"], diags);
+                t.deny_unknown(
+                    &[
+                        "prompt",
+                        "command",
+                        "model",
+                        "timeout",
+                        "cache",
+                        "compaction_prompt",
+                        "compaction_share",
+                    ],
+                    diags,
+                );
                 let prompt = t.str("prompt", diags).map(|s| (resolve(&s.value), s));
                 let command = argv(&t, "command", diags);
                 let model = t
@@ -233,6 +265,26 @@ impl LoopConfig {
                     .filter(|m| !m.is_empty());
                 let timeout = duration_key(&t, "timeout", diags);
                 let cache = t.bool("cache", diags).unwrap_or(false);
+                let compaction_prompt = t
+                    .str("compaction_prompt", diags)
+                    .map(|s| (resolve(&s.value), s));
+                let compaction_share = match t.number("compaction_share", diags) {
+                    Some((n, span)) if !(n > 0.0 && n <= 1.0) => {
+                        diags.push(
+                            Diagnostic::error(
+                                Code::InvalidValue,
+                                source,
+                                span,
+                                "`compaction_share` must be greater than 0.0 and at most 1.0",
+                            )
+                            .label("out of range")
+                            .help("the share of `brakes.context_tokens` a prompt may fill before the compaction prompt is used; the default is 0.8"),
+                        );
+                        0.8
+                    }
+                    Some((n, _)) => n,
+                    None => 0.8,
+                };
                 roles.insert(
                     name.value.clone(),
                     Role {
@@ -242,6 +294,8 @@ impl LoopConfig {
                         model,
                         timeout,
                         cache,
+                        compaction_prompt,
+                        compaction_share,
                     },
                 );
             }
@@ -387,6 +441,24 @@ impl LoopConfig {
                     }
                 }
             }
+            if let Some((path, lit)) = &cfg.compaction_prompt {
+                match Source::read(path, base) {
+                    Err(_) => diags.push(
+                        Diagnostic::error(
+                            Code::MissingPrompt,
+                            &self.source,
+                            lit.span.clone(),
+                            format!(
+                                "compaction prompt `{}` does not exist",
+                                crate::diag::display_name(path, base)
+                            ),
+                        )
+                        .label("no such file")
+                        .help("create the file (see prompts/compaction.md) or remove `compaction_prompt`"),
+                    ),
+                    Ok(src) => pipeline.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags),
+                }
+            }
         }
         self.check_model_divergence(pipeline, diags);
     }
@@ -432,6 +504,48 @@ impl LoopConfig {
                 .label("this command runs the agent's default model")
                 .help("add the agent's model flag with `{{model}}`, e.g. `\"--model\", \"{{model}}\"`, so verification is really done by a different model"),
             );
+        }
+    }
+}
+
+/// Work-source templates are rendered by the gate, before any node runs: only these
+/// variables exist there.
+pub const SOURCE_VARS: &[&str] = &["loop", "project", "cwd"];
+
+fn check_source_template(t: &Tmpl, key: &str, diags: &mut Diagnostics) {
+    match crate::template::scan(&t.text) {
+        Err(e) => diags.push(
+            Diagnostic::error(
+                Code::TemplateSyntax,
+                &t.source,
+                t.span_of(e.range),
+                format!("`{key}` is not a valid template: {}", e.message),
+            )
+            .label("here")
+            .help("templates use handlebars: `{{cwd}}/BACKLOG.md`"),
+        ),
+        Ok(usages) => {
+            for u in usages {
+                if u.path.len() == 1 && SOURCE_VARS.contains(&u.path[0].as_str()) {
+                    continue;
+                }
+                diags.push(
+                    Diagnostic::error(
+                        Code::UnknownVariable,
+                        &t.source,
+                        t.span_of(u.range),
+                        format!(
+                            "`{key}` uses `{}`, which does not exist when the work source is read",
+                            u.path.join(".")
+                        ),
+                    )
+                    .label("not available here")
+                    .help(format!(
+                        "the work source is read by the gate, before any node runs; use {}",
+                        list(SOURCE_VARS)
+                    )),
+                );
+            }
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct TickEnv<'a> {
     pub dry_run: bool,
     /// The task the gate found (work sources other than `single` supply it).
     pub task: Option<String>,
+    /// The same task with its title and source (for state and `{{task_title}}`).
+    pub work_task: Option<crate::brakes::Task>,
 }
 
 /// What one node sees when it runs.
@@ -280,6 +282,7 @@ pub fn run_tick(
             return Err(e);
         }
     };
+    crate::brakes::begin_tick(opts.dry_run); // a dry run spawns nothing, audits included
     let gate = crate::brakes::evaluate(&loaded.config, &state, &paths);
     let cwd = if loaded.config.worktree {
         state
@@ -298,8 +301,9 @@ pub fn run_tick(
         task: gate
             .task
             .as_ref()
-            .map(|t| t.title.clone())
+            .map(|t| t.id.clone())
             .or_else(|| state.current_task.clone()),
+        work_task: gate.task.clone(),
         state,
         cwd,
         hb: template::engine(),
@@ -330,6 +334,16 @@ fn base_vars(env: &TickEnv<'_>) -> Map<String, Value> {
     m.insert(
         "current_task".into(),
         json!(env.task.clone().unwrap_or_default()),
+    );
+    m.insert(
+        "task_title".into(),
+        json!(
+            env.work_task
+                .as_ref()
+                .map(|t| t.title.clone())
+                .or_else(|| env.task.clone())
+                .unwrap_or_default()
+        ),
     );
     m.insert("current_phase".into(), json!(env.state.current_phase));
     m.insert(
@@ -831,6 +845,7 @@ fn dry_run(env: &TickEnv<'_>, gate: &crate::brakes::GateReport) -> Summary {
                 tokens: None,
             }),
             seconds: 0.0,
+            cached: false,
         });
         walk.status[v] = "not_run";
     }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod diag;
+pub mod drift;
 pub mod exec;
 pub mod exit;
 pub mod graph;

@@ -584,6 +584,7 @@ pub const ALWAYS: &[&str] = &[
     "iteration",
     "cwd",
     "current_task",
+    "task_title",
     "current_phase",
     "node",
     "output",

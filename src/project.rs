@@ -35,35 +35,95 @@ pub fn list_loops(project: &Path) -> Vec<String> {
     out
 }
 
-/// A built-in loop template: its `loop.toml` and prompt files (relative path, text).
+/// A built-in loop template: its `loop.toml` and the files next to it (relative path,
+/// text): prompts, and a pipeline when the template has its own.
 pub struct Template {
     pub name: &'static str,
     pub about: &'static str,
     pub loop_toml: &'static str,
     pub files: &'static [(&'static str, &'static str)],
+    /// The task a new loop starts with when `--task` is not given (templates whose task
+    /// is fixed by design, like ci-triage).
+    pub default_task: Option<&'static str>,
 }
 
-const PROMPTS: &[(&str, &str)] = &[
-    (
-        "prompts/loop-implement.md",
-        include_str!("../prompts/loop-implement.md"),
-    ),
-    (
-        "prompts/loop-verifier.md",
-        include_str!("../prompts/loop-verifier.md"),
-    ),
-    (
-        "prompts/loop-orchestrate.md",
-        include_str!("../prompts/loop-orchestrate.md"),
-    ),
+/// Embeds `templates/loops/<dir>/<file>` under its path relative to the template.
+macro_rules! tfile {
+    ($dir:literal, $file:literal) => {
+        (
+            $file,
+            include_str!(concat!("../templates/loops/", $dir, "/", $file)),
+        )
+    };
+}
+
+pub const TEMPLATES: &[Template] = &[
+    Template {
+        name: "default",
+        about: "implement → verify → orchestrate on one task, with every brake",
+        loop_toml: include_str!("../templates/loops/default/loop.toml"),
+        files: &[
+            tfile!("default", "prompts/loop-implement.md"),
+            tfile!("default", "prompts/loop-verifier.md"),
+            tfile!("default", "prompts/loop-orchestrate.md"),
+            tfile!("default", "prompts/compaction.md"),
+        ],
+        default_task: None,
+    },
+    Template {
+        name: "ci-triage",
+        about: "runs the test command each tick; implements a fix only while tests fail",
+        loop_toml: include_str!("../templates/loops/ci-triage/loop.toml"),
+        files: &[
+            tfile!("ci-triage", "pipeline.toml"),
+            tfile!("ci-triage", "prompts/implement.md"),
+            tfile!("ci-triage", "prompts/verify.md"),
+        ],
+        default_task: Some("make the failing tests pass"),
+    },
+    Template {
+        name: "self-improvement",
+        about: "works through BACKLOG.md, topmost open item first",
+        loop_toml: include_str!("../templates/loops/self-improvement/loop.toml"),
+        files: &[
+            tfile!("self-improvement", "prompts/implement.md"),
+            tfile!("self-improvement", "prompts/verify.md"),
+            tfile!("self-improvement", "prompts/loop-orchestrate.md"),
+        ],
+        default_task: None,
+    },
+    Template {
+        name: "goal",
+        about: "iterates on one goal until the verifier grades it met (goal mode)",
+        loop_toml: include_str!("../templates/loops/goal/loop.toml"),
+        files: &[
+            tfile!("goal", "prompts/implement.md"),
+            tfile!("goal", "prompts/verify.md"),
+            tfile!("goal", "prompts/loop-orchestrate.md"),
+        ],
+        default_task: None,
+    },
+    Template {
+        name: "design-update",
+        about: "updates docs whose last-read-sha is older than the code they describe",
+        loop_toml: include_str!("../templates/loops/design-update/loop.toml"),
+        files: &[
+            tfile!("design-update", "prompts/implement.md"),
+            tfile!("design-update", "prompts/verify.md"),
+            tfile!("design-update", "prompts/loop-orchestrate.md"),
+        ],
+        default_task: None,
+    },
 ];
 
-pub const TEMPLATES: &[Template] = &[Template {
-    name: "default",
-    about: "implement → verify → orchestrate on one task, with every brake",
-    loop_toml: include_str!("../templates/loops/default/loop.toml"),
-    files: PROMPTS,
-}];
+/// `name  about` for every built-in template, one per line.
+pub fn template_list() -> String {
+    let w = TEMPLATES.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    TEMPLATES
+        .iter()
+        .map(|t| format!("  {:<w$}  {}\n", t.name, t.about))
+        .collect()
+}
 
 pub fn template(name: &str) -> Option<&'static Template> {
     TEMPLATES.iter().find(|t| t.name == name)
@@ -95,11 +155,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CreateError + '_ {
 pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, CreateError> {
     check_loop_name(o.name).map_err(CreateError::Usage)?;
     let t = template(o.template).ok_or_else(|| {
-        let names: Vec<&str> = TEMPLATES.iter().map(|t| t.name).collect();
         CreateError::Usage(format!(
-            "unknown template `{}`; templates: {}",
+            "unknown template `{}`; the built-in templates are:\n{}",
             o.template,
-            names.join(", ")
+            template_list().trim_end()
         ))
     })?;
     let paths = LoopPaths::new(project, o.name);
@@ -148,14 +207,17 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     let ignore = paths.dir.join(".gitignore");
     std::fs::write(
         &ignore,
-        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\n",
+        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\ncache/\n",
     )
     .map_err(io(&ignore))?;
-    let state = State::new(
-        o.name,
-        o.task.clone(),
-        worktree_path.map(|p| p.display().to_string()),
-    );
+    let task = o
+        .task
+        .clone()
+        .or_else(|| t.default_task.map(str::to_string));
+    let mut state = State::new(o.name, task, worktree_path.map(|p| p.display().to_string()));
+    if o.task.is_none() && t.default_task.is_some() {
+        state.task_source = Some(format!("template:{}", t.name));
+    }
     crate::state::save(&paths.state, &state).map_err(|e| CreateError::Io(e.to_string()))?;
     paths
         .log(
@@ -219,6 +281,43 @@ fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shipped_prompts_match_the_default_template() {
+        // prompts/ holds the role prompts (DESIGN §1); the templates embed copies so
+        // `check templates` finds them next to each loop.toml. They must not drift.
+        let shipped = [
+            (
+                "prompts/loop-implement.md",
+                include_str!("../prompts/loop-implement.md"),
+            ),
+            (
+                "prompts/loop-verifier.md",
+                include_str!("../prompts/loop-verifier.md"),
+            ),
+            (
+                "prompts/loop-orchestrate.md",
+                include_str!("../prompts/loop-orchestrate.md"),
+            ),
+            (
+                "prompts/compaction.md",
+                include_str!("../prompts/compaction.md"),
+            ),
+        ];
+        for t in TEMPLATES {
+            for (rel, text) in t.files {
+                if let Some((_, original)) = shipped.iter().find(|(r, _)| r == rel) {
+                    assert_eq!(
+                        text, original,
+                        "templates/loops/{}/{rel} differs from {rel}",
+                        t.name
+                    );
+                }
+            }
+        }
+        let default = template("default").expect("default template");
+        assert_eq!(default.files.len(), shipped.len());
+    }
 
     #[test]
     fn names() {

@@ -125,9 +125,11 @@ pub mod files {
     #[allow(dead_code)]
     pub struct WorkSourceFile {
         pub kind: Option<WorkSourceKind>,
-        /// backlog: the markdown checklist (default BACKLOG.md).
+        /// backlog: the markdown checklist (default BACKLOG.md, relative to loop.toml); a
+        /// template may use `{{cwd}}` (the loop's worktree), `{{project}}`, `{{loop}}`.
         pub file: Option<String>,
-        /// audit: a command whose output lines are tasks.
+        /// audit: argv templates (`{{cwd}}`, `{{project}}`, `{{loop}}`; no shell) whose
+        /// output lines, or JSON lines with `id`/`title`, are tasks.
         pub command: Option<Vec<String>>,
     }
 
@@ -178,7 +180,13 @@ pub mod files {
         pub command: Option<Vec<String>>,
         pub model: Option<String>,
         pub timeout: Option<String>,
+        /// Reuse the verdict when task and artifact match an earlier tick (off by default).
         pub cache: Option<bool>,
+        /// Rendered instead of `prompt` when prompt plus carried context (bytes/4 tokens)
+        /// exceeds `compaction_share` of `brakes.context_tokens`.
+        pub compaction_prompt: Option<String>,
+        /// Share of `brakes.context_tokens` (0.0 < share <= 1.0; default 0.8).
+        pub compaction_share: Option<f64>,
     }
 
     #[derive(Deserialize, JsonSchema)]

@@ -25,7 +25,8 @@ pub struct LoopArg {
 pub struct CreateArgs {
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
-    /// Built-in template to start from.
+    /// Built-in template to start from: default, ci-triage, self-improvement, goal,
+    /// design-update (an unknown name lists them with what each does).
     #[arg(long, default_value = "default")]
     pub template: String,
     /// The task the loop works on (work_source "single").
@@ -177,13 +178,30 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
 
 pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value, i32> {
     let (paths, s) = open(project, name)?;
-    let max = {
+    let cfg = {
         let mut d = Diagnostics::default();
         LoopConfig::read(&paths.config(), project, &mut d)
             .ok()
             .flatten()
-            .map(|c| c.effective_max_iterations(s.extra_iterations))
     };
+    let max = cfg
+        .as_ref()
+        .map(|c| c.effective_max_iterations(s.extra_iterations));
+    let limits = cfg.as_ref().map(|c| {
+        json!({
+            "usd": c.brakes.max_budget_usd,
+            "tokens": c.brakes.max_tokens,
+            "seconds": c.brakes.max_seconds,
+        })
+    });
+    // D12: verification by the same model as the implementation is weaker; say so.
+    let model = |c: &LoopConfig, r: &str| c.roles.get(r).and_then(|r| r.model.clone());
+    let same_model = cfg
+        .as_ref()
+        .and_then(|c| match (model(c, "implement"), model(c, "verify")) {
+            (Some(a), Some(b)) if a == b => Some(a),
+            _ => None,
+        });
     let task_source = s.task_source.clone();
     Ok(json!({
         "name": s.name,
@@ -196,6 +214,12 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
         "last_tick_at": s.last_tick_at,
         "last_score": s.score_history.last().copied().or(s.last_verdict.as_ref().map(|v| v.score)),
         "spent": s.spent,
+        "limits": limits,
+        "goal_score": cfg.as_ref().map(|c| c.brakes.goal_score),
+        "model_diverse": same_model.is_none(),
+        "notes": same_model.map(|m| vec![format!(
+            "implement and verify both use model `{m}`: verification is not model-diverse"
+        )]).unwrap_or_default(),
         "running": paths.tick_running().unwrap_or(false),
     }))
 }
@@ -228,6 +252,15 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
         return exit::OK;
     }
     print!("{}", status_table(&rows));
+    for r in &rows {
+        for n in r["notes"].as_array().into_iter().flatten() {
+            println!(
+                "note: {}: {}",
+                r["name"].as_str().unwrap_or("?"),
+                n.as_str().unwrap_or("")
+            );
+        }
+    }
     exit::OK
 }
 
@@ -264,11 +297,16 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
         let score = r["last_score"]
             .as_f64()
             .map_or("-".into(), |x| format!("{x:.2}"));
+        // spent/limit per unit; a unit with no limit shows what was spent only.
+        let lim = |k: &str| r["limits"][k].as_f64();
         let spent = format!(
-            "${:.2} {}tok {:.0}s",
+            "${:.2}{} {}{}tok {:.0}{}s",
             r["spent"]["usd"].as_f64().unwrap_or(0.0),
+            lim("usd").map_or(String::new(), |l| format!("/{l:.2}")),
             r["spent"]["tokens"].as_u64().unwrap_or(0),
-            r["spent"]["seconds"].as_f64().unwrap_or(0.0)
+            lim("tokens").map_or(String::new(), |l| format!("/{l:.0}")),
+            r["spent"]["seconds"].as_f64().unwrap_or(0.0),
+            lim("seconds").map_or(String::new(), |l| format!("/{l:.0}")),
         );
         let task = match r["task_source"].as_str() {
             Some(src) if r["current_task"].is_string() => format!("{} ({src})", s("current_task")),

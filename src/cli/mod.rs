@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 use crate::exit;
 
 mod check;
+mod drift;
+mod init;
 mod loops;
 mod run;
 
@@ -67,6 +69,10 @@ pub enum Command {
     Schema(check::SchemaArgs),
     /// Run a real loop with a built-in fake agent in a throw-away project.
     Demo(crate::demo::DemoArgs),
+    /// Set a project up: .loopflow/, a first loop from a template, .gitignore lines.
+    Init(init::InitArgs),
+    /// List docs whose last-read-sha is older than the code they describe (JSON lines).
+    Drift(drift::DriftArgs),
     /// The demo's fake agent (used by `demo`; also handy in tests).
     #[command(hide = true)]
     FakeAgent(crate::demo::FakeAgentArgs),
@@ -108,6 +114,7 @@ pub fn main() -> i32 {
             | Command::Check(_)
             | Command::Graph(_)
             | Command::Schema(_)
+            | Command::Drift(_)
     ) && !project.is_dir()
     {
         eprintln!(
@@ -133,6 +140,8 @@ pub fn main() -> i32 {
         Command::Schema(a) => check::schema(a),
         Command::Demo(a) => crate::demo::demo(a),
         Command::FakeAgent(a) => crate::demo::fake_agent(a),
+        Command::Init(a) => init::init(&project, a),
+        Command::Drift(a) => drift::drift(a),
     }
 }
 

@@ -9,7 +9,10 @@ use serde_json::{Value, json};
 use crate::diag::Diagnostics;
 use crate::exec::NodeCtx;
 use crate::node::{NodeKind, NodeRun, NodeSpec, render_argv, show_argv, spawn_node};
+use crate::state::LogArg;
 use crate::toml_read::{Str, Table};
+
+mod cache;
 
 pub struct Harness;
 
@@ -37,6 +40,15 @@ struct HarnessNode {
     role: Str,
 }
 
+/// A role's variables and rendered prompt, ready to spawn.
+struct Prepared {
+    vars: Value,
+    prompt_path: std::path::PathBuf,
+    prompt: String,
+    /// Set (with the numbers for the log) when the compaction prompt was rendered instead.
+    compacted: Option<String>,
+}
+
 /// A fresh id per role per tick (D12: every role runs in a new session).
 fn session_id(ctx: &NodeCtx<'_>, role: &str) -> String {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -56,9 +68,8 @@ fn session_id(ctx: &NodeCtx<'_>, role: &str) -> String {
 }
 
 impl HarnessNode {
-    /// Adds the role variables and renders the prompt. Returns the vars, the prompt path
-    /// and the rendered prompt text.
-    fn prepare(&self, ctx: &NodeCtx<'_>) -> Result<(Value, std::path::PathBuf, String), String> {
+    /// Adds the role variables and renders the prompt (or the compaction prompt).
+    fn prepare(&self, ctx: &NodeCtx<'_>) -> Result<Prepared, String> {
         let role = &self.role.value;
         let cfg = ctx
             .env
@@ -83,16 +94,70 @@ impl HarnessNode {
                 ),
             );
         }
-        let prompt = match &cfg.prompt {
-            Some((path, _)) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| format!("prompt {}: {e}", path.display()))?;
-                crate::template::render(&ctx.env.hb, &text, &vars)
-                    .map_err(|e| format!("prompt {}: {e}", path.display()))?
-            }
+        let render = |path: &std::path::Path| -> Result<String, String> {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("prompt {}: {e}", path.display()))?;
+            crate::template::render(&ctx.env.hb, &text, &vars)
+                .map_err(|e| format!("prompt {}: {e}", path.display()))
+        };
+        let mut prompt = match &cfg.prompt {
+            Some((path, _)) => render(path)?,
             None => String::new(),
         };
-        Ok((vars, prompt_path, prompt))
+        let mut compacted = None;
+        if let Some((path, _)) = &cfg.compaction_prompt
+            && let Some(c) = self.compaction(ctx, cfg, prompt.len())
+        {
+            prompt = render(path)?;
+            compacted = Some(c);
+        }
+        Ok(Prepared {
+            vars,
+            prompt_path,
+            prompt,
+            compacted,
+        })
+    }
+
+    /// Whether the prompt plus the context carried into it would fill more than the
+    /// role's `compaction_share` of the context window. Tokens are estimated as bytes/4
+    /// (no tokenizer: loopflow never inspects the model). The carried context is the
+    /// previous tick's transcript of this node, which an agent continuing the work reads.
+    fn compaction(
+        &self,
+        ctx: &NodeCtx<'_>,
+        cfg: &crate::config::Role,
+        prompt_bytes: usize,
+    ) -> Option<String> {
+        let window = ctx
+            .env
+            .config
+            .brakes
+            .context_tokens
+            .or_else(|| crate::node::floor_check::detect().map(|d| d.0))?;
+        let carried = ctx
+            .env
+            .tick
+            .checked_sub(1)
+            .filter(|t| *t > 0)
+            .and_then(|t| {
+                let f = ctx
+                    .env
+                    .paths
+                    .outputs
+                    .join(format!("{t}-{}.stdout", ctx.node.id.value));
+                std::fs::metadata(f).ok()
+            })
+            .map_or(0, |m| m.len());
+        let bytes = prompt_bytes as u64 + carried;
+        let estimate = bytes.div_ceil(4);
+        let limit = (window as f64 * cfg.compaction_share).floor() as u64;
+        (estimate > limit).then(|| {
+            format!(
+                "role={} est_tokens={estimate} limit={limit} context_tokens={window} share={} prompt_bytes={prompt_bytes} carried_bytes={carried} estimate=bytes/4",
+                self.role.value, cfg.compaction_share
+            )
+        })
     }
 
     fn argv(&self, ctx: &NodeCtx<'_>, vars: Value) -> Result<Vec<String>, String> {
@@ -120,12 +185,41 @@ impl NodeSpec for HarnessNode {
             reason,
             output: Default::default(),
         };
-        let (vars, prompt_path, prompt) = match self.prepare(ctx) {
+        let Prepared {
+            vars,
+            prompt_path,
+            prompt,
+            compacted,
+        } = match self.prepare(ctx) {
             Ok(x) => x,
             Err(e) => return fail(format!("template:{e}")),
         };
+        if let Some(c) = &compacted {
+            let _ = ctx.env.paths.log("COMPACT", &[LogArg::Word(c)]);
+        }
         if let Err(e) = std::fs::write(&prompt_path, prompt) {
             return fail(format!("io:{}: {e}", prompt_path.display()));
+        }
+        let cache = match ctx.env.config.roles.get(&self.role.value) {
+            Some(c) if c.cache => match cache::key(ctx, c, &vars) {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    let _ = ctx.env.paths.log(
+                        "WARN",
+                        &[LogArg::Kv(
+                            "msg",
+                            format!("verdict cache off this tick: {e}"),
+                        )],
+                    );
+                    None
+                }
+            },
+            _ => None,
+        };
+        if let Some(key) = &cache
+            && let Some(out) = cache::replay(ctx, &self.role.value, key)
+        {
+            return NodeRun::Ok(out);
         }
         let output_path = vars
             .get("output")
@@ -144,6 +238,9 @@ impl NodeSpec for HarnessNode {
         match spawn_node(ctx, &argv, timeout) {
             NodeRun::Ok(mut o) => {
                 o.output_path = output_path;
+                if let Some(key) = &cache {
+                    cache::store(ctx, &self.role.value, key, o.stdout_path.as_deref());
+                }
                 NodeRun::Ok(o)
             }
             NodeRun::Failed { reason, mut output } => {
@@ -155,7 +252,11 @@ impl NodeSpec for HarnessNode {
     }
 
     fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
-        let (vars, _, _) = self.prepare(ctx)?;
-        Ok(Some(show_argv(&self.argv(ctx, vars)?)))
+        let p = self.prepare(ctx)?;
+        let argv = show_argv(&self.argv(ctx, p.vars)?);
+        Ok(Some(match p.compacted {
+            Some(c) => format!("{argv}  (compaction prompt: {c})"),
+            None => argv,
+        }))
     }
 }

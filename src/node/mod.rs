@@ -79,6 +79,8 @@ pub struct NodeOutput {
     pub verdict: Option<Verdict>,
     /// Wall time of spawned processes, counted against `max_seconds`.
     pub seconds: f64,
+    /// The output was replayed from the verdict cache instead of running the process.
+    pub cached: bool,
 }
 
 /// How a node ended.
@@ -191,6 +193,7 @@ pub fn spawn_node(
         output_path: None,
         verdict: None,
         seconds: done.elapsed.as_secs_f64(),
+        cached: false,
     };
     match done.exit {
         crate::process::Exit::Code(0) => NodeRun::Ok(output),

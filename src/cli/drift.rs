@@ -1,0 +1,36 @@
+//! `loopflow drift`: docs whose recorded last-read commit is older than the last change to
+//! the code they describe, one JSON line each (`{"id", "title"}`), so an audit work source
+//! (the design-update template) reads them as tasks.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::exit;
+
+#[derive(Args, Debug)]
+pub struct DriftArgs {
+    /// Directories (relative to --repo) searched for markdown docs with a `describes:`
+    /// marker. Repeatable.
+    #[arg(long = "dir", value_name = "DIR", default_values_t = ["design".to_string(), "docs".to_string()])]
+    pub dirs: Vec<String>,
+    /// The git working tree to inspect (default: the current directory, which is the
+    /// loop's worktree when an audit runs it; --project is not used).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub repo: PathBuf,
+}
+
+pub fn drift(a: DriftArgs) -> i32 {
+    match crate::drift::find(&a.repo, &a.dirs) {
+        Ok(found) => {
+            for d in found {
+                println!("{}", d.task_json());
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}\n  drift compares git history; run it inside a git working tree");
+            exit::USAGE
+        }
+    }
+}

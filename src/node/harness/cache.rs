@@ -1,0 +1,210 @@
+//! Verdict caching (opt-in, `[roles.<role>] cache = true`): when the task and the artifact
+//! are the same as an earlier tick's, the role's earlier stdout is replayed instead of
+//! running it again. The artifact is the implement node's `{{output}}` file when the agent
+//! wrote one, else the content of the working tree (uncommitted changes included;
+//! `.loopflow/` and git-ignored files left out).
+
+use std::path::Path;
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::Role;
+use crate::exec::NodeCtx;
+use crate::node::{NodeOutput, OUTPUT_CAP, git};
+
+/// How many verdicts a role's cache keeps (oldest dropped first).
+const MAX_ENTRIES: usize = 64;
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct CacheFile {
+    entries: IndexMap<String, Entry>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    tick: u64,
+    stdout: String,
+}
+
+/// FNV-1a, 128 bits: stable across runs and builds (unlike std's hasher), no dependency.
+/// A cache key needs no cryptographic strength: a collision costs one skipped re-grade,
+/// and 128 bits makes even that practically impossible.
+#[derive(Clone, Copy)]
+struct Fnv(u128);
+
+impl Fnv {
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013B;
+    fn new() -> Self {
+        Fnv(0x6c62_272e_07bb_0142_62b8_2175_6295_c58d)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u128::from(*b);
+            self.0 = self.0.wrapping_mul(Self::PRIME);
+        }
+    }
+    /// Length-prefixed, so ("ab","c") and ("a","bc") differ.
+    fn field(&mut self, bytes: &[u8]) {
+        self.write(&(bytes.len() as u64).to_le_bytes());
+        self.write(bytes);
+    }
+    fn hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+}
+
+fn cache_path(ctx: &NodeCtx<'_>, role: &str) -> std::path::PathBuf {
+    ctx.env.paths.dir.join("cache").join(format!("{role}.json"))
+}
+
+/// The cache key: task, artifact, and the role's prompt template (a changed verifier
+/// prompt must re-grade).
+pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, String> {
+    let mut h = Fnv::new();
+    h.field(ctx.env.task.as_deref().unwrap_or("").as_bytes());
+    let artifact = vars
+        .get("artifact")
+        .and_then(Value::as_str)
+        .map(Path::new)
+        .filter(|p| p.is_file());
+    match artifact {
+        Some(p) => {
+            h.field(b"artifact-file");
+            h.field(&std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?);
+        }
+        None => {
+            h.field(b"working-tree");
+            tree_hash(&ctx.env.cwd, &mut h)?;
+        }
+    }
+    if let Some((p, _)) = &cfg.prompt {
+        h.field(&std::fs::read(p).unwrap_or_default());
+    }
+    Ok(h.hex())
+}
+
+/// Hashes every file of the working tree that git would see (tracked and untracked, not
+/// ignored), or every file when `dir` is not in a git repository; `.loopflow/` and `.git/`
+/// are always left out.
+fn tree_hash(dir: &Path, h: &mut Fnv) -> Result<(), String> {
+    let listed = git(dir, &["ls-files", "-co", "--exclude-standard", "-z"])
+        .ok()
+        .filter(|o| o.status.success());
+    let mut files: Vec<String> = match listed {
+        Some(o) => String::from_utf8_lossy(&o.stdout)
+            .split('\0')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => {
+            let mut out = Vec::new();
+            walk(dir, dir, &mut out)?;
+            out
+        }
+    };
+    files.retain(|f| !f.starts_with(".loopflow/") && !f.starts_with(".git/"));
+    files.sort();
+    files.dedup();
+    for f in files {
+        h.field(f.as_bytes());
+        match std::fs::read(dir.join(&f)) {
+            Ok(bytes) => h.field(&bytes),
+            // Deleted but still tracked: the deletion is part of the content.
+            Err(_) => h.field(b"\0deleted"),
+        }
+    }
+    Ok(())
+}
+
+fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for e in entries.flatten() {
+        let p = e.path();
+        let Ok(rel) = p.strip_prefix(root) else {
+            continue;
+        };
+        let rel = rel.to_string_lossy().replace('\\', "/");
+        if rel == ".loopflow" || rel == ".git" {
+            continue;
+        }
+        match e.file_type() {
+            Ok(t) if t.is_dir() => walk(root, &p, out)?,
+            Ok(t) if t.is_file() => out.push(rel),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn load(path: &Path) -> CacheFile {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+/// On a hit, writes the cached stdout where the node's stdout would go and returns the
+/// node's output marked `cached`.
+pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
+    let cache = load(&cache_path(ctx, role));
+    let entry = cache.entries.get(key)?;
+    let id = &ctx.node.id.value;
+    let stdout = ctx.output_file(id, "stdout");
+    let stderr = ctx.output_file(id, "stderr");
+    std::fs::write(&stdout, &entry.stdout).ok()?;
+    let note = format!(
+        "loopflow: verdict cache hit (task and artifact as in tick {}); {role} was not run\n",
+        entry.tick
+    );
+    std::fs::write(&stderr, note).ok()?;
+    let cut = &entry.stdout.as_bytes()[..entry.stdout.len().min(OUTPUT_CAP)];
+    Some(NodeOutput {
+        exit_code: Some(0),
+        stdout_path: Some(stdout),
+        stderr_path: Some(stderr),
+        output: Some(String::from_utf8_lossy(cut).into_owned()),
+        cached: true,
+        ..Default::default()
+    })
+}
+
+/// Remembers a successful run's stdout under `key` when it holds a verdict (best-effort: a cache that cannot be
+/// written only means the next identical tick grades again).
+pub fn store(ctx: &NodeCtx<'_>, role: &str, key: &str, stdout: Option<&Path>) {
+    let Some(text) = stdout.and_then(|p| std::fs::read_to_string(p).ok()) else {
+        return;
+    };
+    // Only a verdict is worth replaying: output that does not parse halts the loop, and
+    // after a human fixes the verifier the next tick must really run it again.
+    if crate::verdict::parse(&text).is_err() {
+        return;
+    }
+    let path = cache_path(ctx, role);
+    let mut cache = load(&path);
+    cache.entries.shift_remove(key);
+    cache.entries.insert(
+        key.to_string(),
+        Entry {
+            tick: ctx.env.tick,
+            stdout: text,
+        },
+    );
+    while cache.entries.len() > MAX_ENTRIES {
+        cache.entries.shift_remove_index(0);
+    }
+    let Some(dir) = path.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let Ok(json) = serde_json::to_string(&cache) else {
+        return;
+    };
+    if let Ok(mut tmp) = tempfile::NamedTempFile::new_in(dir) {
+        use std::io::Write;
+        if tmp.write_all(json.as_bytes()).is_ok() && tmp.as_file().sync_all().is_ok() {
+            let _ = tmp.persist(&path);
+        }
+    }
+}
