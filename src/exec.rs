@@ -731,12 +731,17 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
                     LogArg::Kv("reason", reason.clone()),
                 ],
             )?;
+            summary.reason = Some(format!("{node}:{reason}"));
+            // An interrupted tick (SIGINT/SIGTERM) says nothing about the harness and must
+            // leave `.state.loop` exactly as it was (R6), so it is not counted.
+            if summary.interrupted {
+                return Ok(summary);
+            }
             let max = env.config.brakes.max_consecutive_aborts;
             let (state, _) = paths.update(|s| {
                 s.consecutive_aborts += 1;
             })?;
-            summary.reason = Some(format!("{node}:{reason}"));
-            if state.consecutive_aborts >= max && !summary.interrupted {
+            if state.consecutive_aborts >= max {
                 halt(
                     paths,
                     "human_intervention:harness_failing",
