@@ -71,11 +71,14 @@ fn group_alive(pgid: u32) -> bool {
 }
 
 /// TERM the group, wait up to the grace period for it to empty, then KILL.
+/// `reap` collects the group leader when it exits: until it is reaped it stays in the
+/// group as a zombie, and the group would look alive for the whole grace period.
 #[cfg(unix)]
-fn stop_group(pgid: u32) {
+fn stop_group(pgid: u32, reap: impl Fn()) {
     signal_group(pgid, libc::SIGTERM);
     let deadline = Instant::now() + GRACE;
     while Instant::now() < deadline {
+        reap();
         if !group_alive(pgid) {
             return;
         }
@@ -148,11 +151,13 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
     if pgid != 0 {
         match outcome {
             Exit::TimedOut | Exit::Interrupted => {
-                stop_group(pgid);
+                stop_group(pgid, || {
+                    let _ = handle.try_wait();
+                });
                 let _ = handle.wait();
             }
             // The node is over: whatever it left running in its group goes too.
-            _ if group_alive(pgid) => stop_group(pgid),
+            _ if group_alive(pgid) => stop_group(pgid, || {}),
             _ => {}
         }
     }
