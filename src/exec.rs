@@ -196,12 +196,10 @@ pub fn load_loop(
 ) -> Result<Loaded, RunError> {
     let mut diags = Diagnostics::default();
     let cfg_path = paths.config();
-    let config = LoopConfig::read(&cfg_path, base, &mut diags).map_err(|e| {
-        RunError::State(StateError::Io {
-            path: cfg_path.clone(),
-            source: e,
-        })
-    })?;
+    let config = match LoopConfig::read(&cfg_path, base, &mut diags) {
+        Ok(c) => c,
+        Err(e) => return Err(read_error(&cfg_path, base, e)),
+    };
     let pipeline_path = pipeline_arg.map(Path::to_path_buf).or_else(|| {
         config
             .as_ref()
@@ -211,6 +209,9 @@ pub fn load_loop(
         None => Some(Pipeline::builtin()),
         Some(p) => match Source::read(p, base) {
             Ok(src) => Pipeline::load(&src, &mut diags),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(read_error(p, base, e));
+            }
             Err(e) => {
                 return Err(RunError::Usage(format!(
                     "cannot read pipeline {}: {e}",
@@ -230,6 +231,46 @@ pub fn load_loop(
         (Some(config), Some(pipeline)) => Ok(Loaded { config, pipeline }),
         _ => Err(RunError::Config(diags)),
     }
+}
+
+/// A configuration file that cannot be read. One that exists but is not UTF-8 text is
+/// invalid configuration (exit 3, located at its first bad byte); anything else is I/O.
+pub fn read_error(path: &Path, base: &Path, e: std::io::Error) -> RunError {
+    if e.kind() != std::io::ErrorKind::InvalidData {
+        return RunError::State(StateError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        });
+    }
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let good = std::str::from_utf8(&bytes)
+        .err()
+        .map_or(0, |u| u.valid_up_to());
+    // Only the valid prefix is shown, with control characters blanked (same byte
+    // length, so offsets hold) so binary junk never reaches the terminal.
+    let prefix: String = String::from_utf8_lossy(&bytes[..good])
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                " ".repeat(c.len_utf8())
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    let src = Source::new(crate::diag::display_name(path, base), path, prefix);
+    let mut d = Diagnostics::default();
+    d.push(
+        crate::diag::Diagnostic::error(
+            crate::diag::Code::TomlSyntax,
+            &src,
+            good..good,
+            "the file is not UTF-8 text, so it cannot be TOML",
+        )
+        .label("first byte that is not UTF-8")
+        .help("a TOML file must be UTF-8 text; is this the right file, or was it overwritten by a binary?"),
+    );
+    RunError::Config(d)
 }
 
 /// One tick of one loop (DESIGN §10 `run`).
@@ -271,6 +312,9 @@ pub fn run_tick(
             return Err(e.into());
         }
     };
+    if !opts.dry_run {
+        paths.recover_tick_line(&state)?;
+    }
     let loaded = match load_loop(&paths, opts.pipeline.as_deref(), &base) {
         Ok(l) => l,
         Err(e) => {

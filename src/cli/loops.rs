@@ -129,10 +129,7 @@ fn config(paths: &LoopPaths, project: &Path) -> Result<LoopConfig, i32> {
     match LoopConfig::read(&paths.config(), &base, &mut d) {
         Ok(Some(c)) if !d.has_errors() => Ok(c),
         Ok(_) => Err(report(&RunError::Config(d))),
-        Err(e) => Err(report(&RunError::State(crate::state::StateError::Io {
-            path: paths.config(),
-            source: e,
-        }))),
+        Err(e) => Err(report(&crate::exec::read_error(&paths.config(), &base, e))),
     }
 }
 
