@@ -218,6 +218,48 @@ impl LoopPaths {
         Ok(self.try_lock_tick()?.is_none())
     }
 
+    /// The `iter=` of the last `TICK` line in the log's tail (the last 64 KiB); 0 when
+    /// the whole log was read and holds none; `None` when that cannot be known.
+    fn last_logged_tick(&self) -> Option<u64> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = File::open(&self.log).ok()?;
+        let len = f.metadata().ok()?.len();
+        let start = len.saturating_sub(64 * 1024);
+        f.seek(SeekFrom::Start(start)).ok()?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf).ok()?;
+        let last = String::from_utf8_lossy(&buf).lines().rev().find_map(|l| {
+            let mut words = l.split(' ');
+            words.next()?; // the time
+            if words.next()? != "TICK" {
+                return None;
+            }
+            words.find_map(|w| w.strip_prefix("iter=")?.parse().ok())
+        });
+        last.or((start == 0).then_some(0))
+    }
+
+    /// The commit writes the state, then its `TICK` line; a crash in between leaves an
+    /// iteration without its line. Called at the start of the next tick, under the tick
+    /// lock: when the log's last `TICK` is exactly one iteration behind the state, the
+    /// missing line is appended as `TICK iter=N recovered=true`. Anything else (no log,
+    /// a rotated log) is left alone.
+    pub fn recover_tick_line(&self, state: &State) -> Result<(), StateError> {
+        if state.iteration_count == 0 {
+            return Ok(());
+        }
+        match self.last_logged_tick() {
+            Some(last) if last + 1 == state.iteration_count => self.log(
+                "TICK",
+                &[
+                    LogArg::Kv("iter", state.iteration_count.to_string()),
+                    LogArg::Kv("recovered", "true".into()),
+                ],
+            ),
+            _ => Ok(()),
+        }
+    }
+
     /// Appends one event line: `<time> <EVENT> <args>`.
     pub fn log(&self, event: &str, args: &[LogArg<'_>]) -> Result<(), StateError> {
         append_log(&self.log, event, args)
