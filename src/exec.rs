@@ -539,13 +539,17 @@ fn execute(env: &TickEnv<'_>, parallel: bool) -> Result<Summary, RunError> {
     'waves: while !remaining.is_empty() {
         // A wave: every node whose needs are all settled. Sequential runs take one node.
         let mut wave = Vec::new();
-        for &v in &remaining {
+        for (k, &v) in remaining.iter().enumerate() {
             let ready = p.nodes[v].needs.iter().all(|n| {
                 p.index
                     .get(&n.value)
                     .is_some_and(|&u| walk.status[u] != "not_run" || walk.outputs[u].is_some())
             });
-            if ready {
+            // A committing node waits until every node before it in the sequential order
+            // has settled, so `--parallel` commits exactly when a sequential run would
+            // (an earlier failure on an independent branch aborts both before the commit).
+            let commit_early = k > 0 && p.nodes[v].spec.commits();
+            if ready && !commit_early {
                 wave.push(v);
                 if !parallel {
                     break;

@@ -690,3 +690,48 @@ fn sigterm_mid_tick_aborts_interrupted_and_leaves_state_alone() {
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "tick", "{j}");
 }
+
+#[test]
+fn parallel_commit_waits_for_every_node_a_sequential_run_would_finish_first() {
+    // `commit` does not need `a`, but `a` comes first in file order: a sequential run
+    // aborts on `a` before it ever reaches `commit`, so --parallel must too.
+    let mk = || {
+        let p = Project::new();
+        let bad = p.script("bad.sh", "sleep 0.5\nexit 4");
+        let agent = standard_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
+        let pipe = p.write(
+            "pipelines/p.toml",
+            &format!(
+                r#"name = "p"
+
+[nodes.gate]
+kind = "gate"
+
+[nodes.a]
+kind = "command"
+argv = ["{bad}"]
+needs = ["gate"]
+
+[nodes.commit]
+kind = "commit"
+needs = ["gate"]
+"#,
+                bad = bad.display()
+            ),
+        );
+        p.agent_loop("l", &agent, "");
+        let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml")).unwrap();
+        p.loop_toml("l", &format!("pipeline = \"{}\"\n{toml}", pipe.display()));
+        p
+    };
+    let seq = mk();
+    let par = mk();
+    let js = run_json(&seq, &[]);
+    let jp = run_json(&par, &["--parallel"]);
+    assert_eq!(js["outcome"], "abort", "{js}");
+    assert_eq!(jp["outcome"], js["outcome"], "{jp}");
+    assert_eq!(events(&seq, "l"), ["ABORT node=a reason=exit:4"]);
+    assert_eq!(events(&seq, "l"), events(&par, "l"));
+    assert_eq!(timeless(seq.state("l")), timeless(par.state("l")));
+    assert_eq!(par.state("l")["iteration_count"], 0);
+}
