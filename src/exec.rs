@@ -281,6 +281,14 @@ pub fn run_tick(
     cancel: &AtomicBool,
 ) -> Result<Summary, RunError> {
     crate::project::check_loop_name(name).map_err(RunError::Usage)?;
+    // Agents run in another directory (the worktree) and get paths as arguments and in
+    // LOOPFLOW_PROJECT: every path they see must be absolute, whatever `--project` was.
+    let project = &std::path::absolute(project).map_err(|e| {
+        RunError::State(StateError::Io {
+            path: project.to_path_buf(),
+            source: e,
+        })
+    })?;
     let paths = LoopPaths::new(project, name);
     if !paths.dir.is_dir() {
         return Ok(Summary::bare(name, Outcome::Skip, "unknown_loop", 0));
@@ -326,11 +334,7 @@ pub fn run_tick(
     };
     let gate = crate::brakes::evaluate(&loaded.config, &state, &paths);
     let cwd = if loaded.config.worktree {
-        state
-            .worktree_path
-            .as_ref()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| paths.worktree.clone())
+        paths.worktree_dir(&state)
     } else {
         project.to_path_buf()
     };

@@ -984,3 +984,107 @@ fn status_json_shape() {
     // Unknown loop: a usage error, not an empty list.
     assert_eq!(p.lf(&["status", "--loop", "nope"]).code, 2);
 }
+
+// ---- Paths handed to agents ------------------------------------------------------------
+
+/// Runs the binary from `cwd` with `--project <project>` given as is (maybe relative).
+fn lf_from(cwd: &Path, project: &str, args: &[&str]) -> common::Run {
+    let o = std::process::Command::new(bin())
+        .arg("--project")
+        .arg(project)
+        .args(args)
+        .current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .env_remove("LOOPFLOW_CONTEXT_TOKENS")
+        .output()
+        .unwrap();
+    common::Run {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// An agent that records, per role, its working directory, whether its prompt argument
+/// names an existing file, and the paths it was given.
+fn where_agent(p: &Project) -> std::path::PathBuf {
+    p.script(
+        "where.sh",
+        &format!(
+            r#"{{ echo "pwd=$(pwd -P)"; echo "prompt=$2"; [ -f "$2" ] && echo "prompt-exists"; echo "cwd=$3"; echo "project=$LOOPFLOW_PROJECT"; }} > "{d}/where-$1.txt"
+[ "$1" = verify ] && echo '{{"pass": false, "score": 0.2}}'
+exit 0"#,
+            d = p.path().display()
+        ),
+    )
+}
+
+fn where_toml(agent: &Path, worktree: bool) -> String {
+    format!(
+        r#"[brakes]
+max_iterations = 10
+context_tokens = 32000
+
+[harness]
+command = ["{agent}", "{{{{role}}}}", "{{{{prompt}}}}", "{{{{cwd}}}}"]
+
+[roles.implement]
+prompt = "prompts/loop-implement.md"
+[roles.verify]
+prompt = "prompts/loop-verifier.md"
+[roles.orchestrate]
+prompt = "prompts/loop-orchestrate.md"
+
+[worktree]
+enabled = {worktree}
+"#,
+        agent = agent.display()
+    )
+}
+
+#[test]
+fn a_relative_project_still_gives_agents_absolute_paths() {
+    let p = Project::new();
+    let agent = where_agent(&p);
+    assert_eq!(p.create("l", Some("t")).code, 0);
+    p.loop_toml("l", &where_toml(&agent, false));
+    let parent = p.path().parent().unwrap();
+    let rel = p.path().file_name().unwrap().to_str().unwrap();
+    let r = lf_from(parent, rel, &["run", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(events(&p, "l"), ["TICK pass=false score=0.2 iter=1"]);
+    let real = p.path().canonicalize().unwrap();
+    for role in ["implement", "verify", "orchestrate"] {
+        let w = p.read(&format!("where-{role}.txt"));
+        assert!(w.contains("prompt-exists"), "{role}: {w}");
+        assert!(
+            w.contains(&format!("pwd={}\n", real.display())),
+            "{role}: {w}"
+        );
+        for key in ["prompt=", "cwd=", "project="] {
+            let v = w.lines().find_map(|l| l.strip_prefix(key)).unwrap();
+            assert!(Path::new(v).is_absolute(), "{role}: {key}{v} is relative");
+        }
+    }
+}
+
+#[test]
+fn a_worktree_loop_created_from_its_repo_runs_from_anywhere() {
+    let p = Project::git();
+    let agent = where_agent(&p);
+    // `loopflow create` as a user types it, in the repository, with the default project.
+    let r = lf_from(p.path(), ".", &["create", "--loop", "l", "--task", "t"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    p.loop_toml("l", &where_toml(&agent, true));
+    // A scheduler runs it with an absolute project from somewhere else.
+    let project = p.path().display().to_string();
+    let r = lf_from(Path::new("/"), &project, &["run", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(events(&p, "l"), ["TICK pass=false score=0.2 iter=1"]);
+    let wt = p.loop_dir("l").join("worktree").canonicalize().unwrap();
+    let w = p.read("where-implement.txt");
+    assert!(w.contains(&format!("pwd={}\n", wt.display())), "{w}");
+    assert!(w.contains("prompt-exists"), "{w}");
+    let g = lf_from(Path::new("/"), &project, &["gate", "--loop", "l", "--json"]);
+    assert_eq!(g.code, 0, "{g:?}");
+}
