@@ -735,3 +735,68 @@ needs = ["gate"]
     assert_eq!(timeless(seq.state("l")), timeless(par.state("l")));
     assert_eq!(par.state("l")["iteration_count"], 0);
 }
+
+#[test]
+fn an_agent_that_cannot_start_aborts_the_tick() {
+    let p = Project::new();
+    p.agent_loop("l", &p.join("no-such-agent"), "");
+    let j = run_json(&p, &[]);
+    assert_eq!(j["outcome"], "abort", "{j}");
+    let ev = events(&p, "l");
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert!(
+        ev[0].starts_with("ABORT node=implement reason=\"spawn:") && ev[0].contains("not found"),
+        "{ev:?}"
+    );
+    assert_eq!(p.state("l")["iteration_count"], 0);
+    // Not executable is named as such.
+    p.write("not-exec.sh", "#!/bin/sh\nexit 0\n");
+    let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml"))
+        .unwrap()
+        .replace("no-such-agent", "not-exec.sh");
+    p.loop_toml("l", &toml);
+    run_json(&p, &[]);
+    assert!(
+        events(&p, "l").last().unwrap().contains("not executable"),
+        "{:?}",
+        events(&p, "l")
+    );
+}
+
+#[test]
+fn sigterm_to_a_daemon_mid_tick_stops_it_cleanly() {
+    let p = Project::new();
+    let agent = p.script(
+        "agent.sh",
+        &format!(
+            "echo $$ > \"{d}/pgid\"\nsleep 300 &\nsleep 300",
+            d = p.path().display()
+        ),
+    );
+    p.agent_loop("l", &agent, "");
+    let state_path = p.loop_dir("l").join(".state.loop");
+    let before = std::fs::read_to_string(&state_path).unwrap();
+    let child = p
+        .lf_cmd(&["daemon", "--loop", "l", "--interval", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_file(&p.join("pgid"));
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ev = events(&p, "l");
+    assert_eq!(ev.len(), 2, "{ev:?}");
+    assert_eq!(ev[0], "ABORT node=implement reason=interrupted");
+    assert!(ev[1].starts_with("DAEMON_STOPPED"), "{ev:?}");
+    assert_eq!(std::fs::read_to_string(&state_path).unwrap(), before);
+    let pgid: i32 = p.read("pgid").trim().parse().unwrap();
+    assert_eq!(wait_group_gone(pgid), Vec::<i32>::new());
+}

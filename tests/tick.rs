@@ -1088,3 +1088,118 @@ fn a_worktree_loop_created_from_its_repo_runs_from_anywhere() {
     let g = lf_from(Path::new("/"), &project, &["gate", "--loop", "l", "--json"]);
     assert_eq!(g.code, 0, "{g:?}");
 }
+
+// ---- The orchestrator acts through loopflow; budgets; artifacts -----------------------
+
+#[test]
+fn orchestrator_transition_and_halt_inside_the_tick_are_kept_by_the_commit() {
+    let p = Project::new();
+    let agent = p.script(
+        "agent.sh",
+        &format!(
+            r#"case "$1" in
+  verify) echo '{{"pass": true, "score": 0.7}}' ;;
+  orchestrate)
+    "{bin}" transition --loop "$LOOPFLOW_LOOP" --project "$LOOPFLOW_PROJECT" --to review || echo "transition failed" >> "{d}/errors"
+    "{bin}" halt --loop "$LOOPFLOW_LOOP" --project "$LOOPFLOW_PROJECT" --reason human_intervention:needs_review || echo "halt failed" >> "{d}/errors" ;;
+esac
+exit 0"#,
+            bin = bin().display(),
+            d = p.path().display()
+        ),
+    );
+    p.agent_loop("l", &agent, "");
+    let r = p.lf(&["run", "--loop", "l", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(p.read("errors"), "");
+    let s = p.state("l");
+    assert_eq!(s["iteration_count"], 1);
+    assert_eq!(s["current_phase"], "review");
+    assert_eq!(s["halt"]["reason"], "human_intervention:needs_review");
+    assert_eq!(s["last_verdict"]["score"], 0.7);
+    assert_eq!(
+        events(&p, "l"),
+        [
+            "TRANSITION from=implement to=review",
+            "HALT human_intervention:needs_review",
+            "TICK pass=true score=0.7 iter=1"
+        ]
+    );
+    assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
+    assert_eq!(
+        events(&p, "l").last().unwrap(),
+        "SKIP reason=halted:human_intervention:needs_review"
+    );
+}
+
+#[test]
+fn budget_exhausted_halts_at_the_gate() {
+    let p = Project::new();
+    let agent = standard_agent(
+        &p,
+        &[r#"{"pass": false, "score": 0.5, "cost_usd": 0.3, "tokens": 100}"#],
+    );
+    p.agent_loop(
+        "l",
+        &agent,
+        "max_budget_usd = 0.5\nscore_plateau_window = 10",
+    );
+    for _ in 0..3 {
+        assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
+    }
+    let ev = events(&p, "l");
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    assert_eq!(ev[1], "TICK pass=false score=0.5 iter=2");
+    assert!(ev[2].starts_with("HALT budget_exhausted:usd"), "{ev:?}");
+    let s = p.state("l");
+    assert_eq!(s["iteration_count"], 2);
+    assert_eq!(s["spent"]["tokens"], 200);
+    assert!(
+        (s["spent"]["usd"].as_f64().unwrap() - 0.6).abs() < 1e-9,
+        "{s}"
+    );
+    assert_eq!(s["halt"]["reason"], "budget_exhausted:usd");
+}
+
+#[test]
+fn artifact_carries_implement_output_to_the_verifier() {
+    let p = Project::new();
+    // implement writes its result to {{output}}; verify reads {{artifact}} and grades it.
+    let agent = p.script(
+        "agent.sh",
+        r#"case "$1" in
+  implement) printf '{"pass": true, "score": 0.65, "reasons": ["from the artifact"]}' > "$2" ;;
+  verify) cat "$2" ;;
+esac
+exit 0"#,
+    );
+    p.agent_loop("l", &agent, "");
+    let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml"))
+        .unwrap()
+        .replace(
+            "[roles.implement]\nprompt = \"prompts/loop-implement.md\"",
+            &format!(
+                "[roles.implement]\nprompt = \"prompts/loop-implement.md\"\ncommand = [\"{a}\", \"implement\", \"{{{{output}}}}\"]",
+                a = agent.display()
+            ),
+        )
+        .replace(
+            "[roles.verify]\nprompt = \"prompts/loop-verifier.md\"",
+            &format!(
+                "[roles.verify]\nprompt = \"prompts/loop-verifier.md\"\ncommand = [\"{a}\", \"verify\", \"{{{{artifact}}}}\"]",
+                a = agent.display()
+            ),
+        );
+    p.loop_toml("l", &toml);
+    let r = p.lf(&["run", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(events(&p, "l"), ["TICK pass=true score=0.65 iter=1"]);
+    assert!(
+        p.loop_dir("l").join("outputs/1-implement.json").exists(),
+        "the artifact lives under outputs/"
+    );
+    assert_eq!(
+        p.state("l")["last_verdict"]["reasons"][0],
+        "from the artifact"
+    );
+}
