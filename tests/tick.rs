@@ -1203,3 +1203,126 @@ exit 0"#,
         "from the artifact"
     );
 }
+
+// ---- daemon scheduling ------------------------------------------------------------------
+
+/// Waits for a child up to two minutes; kills it and fails after that.
+fn wait_or_kill(mut child: std::process::Child, what: &str) -> std::process::ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn daemon_uses_the_loop_schedule_interval() {
+    let p = Project::new();
+    let v = |s: &str| format!(r#"{{"pass": false, "score": {s}}}"#);
+    let verdicts = [v("0.1"), v("0.2")];
+    let refs: Vec<&str> = verdicts.iter().map(String::as_str).collect();
+    let agent = standard_agent(&p, &refs);
+    p.agent_loop_with(
+        "l",
+        &agent,
+        "max_iterations = 10\ncontext_tokens = 32000",
+        "[schedule]\ninterval_seconds = 1\n",
+    );
+    let child = p
+        .lf_cmd(&["daemon", "--loop", "l", "--max-iterations", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let st = wait_or_kill(child, "daemon with interval_seconds = 1");
+    assert_eq!(st.code(), Some(0));
+    assert_eq!(
+        events(&p, "l"),
+        [
+            "TICK pass=false score=0.1 iter=1",
+            "TICK pass=false score=0.2 iter=2",
+            "DAEMON_STOPPED ticks=2"
+        ]
+    );
+}
+
+#[test]
+fn daemon_all_ticks_every_loop() {
+    let p = Project::new();
+    let agent = standard_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
+    p.agent_loop("a", &agent, "score_plateau_window = 10");
+    p.agent_loop("b", &agent, "score_plateau_window = 10");
+    let child = p
+        .lf_cmd(&[
+            "daemon",
+            "--all",
+            "--interval",
+            "1",
+            "--max-iterations",
+            "4",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let st = wait_or_kill(child, "daemon --all");
+    assert_eq!(st.code(), Some(0));
+    for name in ["a", "b"] {
+        assert_eq!(p.state(name)["iteration_count"], 2, "{name}");
+        assert!(
+            events(&p, name)
+                .last()
+                .unwrap()
+                .starts_with("DAEMON_STOPPED"),
+            "{name}: {:?}",
+            events(&p, name)
+        );
+    }
+}
+
+#[test]
+fn daemon_max_iterations_zero_means_no_limit() {
+    let p = Project::new();
+    let agent = standard_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
+    p.agent_loop("l", &agent, "score_plateau_window = 10");
+    let mut child = p
+        .lf_cmd(&[
+            "daemon",
+            "--loop",
+            "l",
+            "--interval",
+            "1",
+            "--max-iterations",
+            "0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while p.state("l")["iteration_count"].as_u64().unwrap() < 3 {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("daemon exited early: {st:?}, {:?}", events(&p, "l"));
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(
+        events(&p, "l")
+            .last()
+            .unwrap()
+            .starts_with("DAEMON_STOPPED"),
+        "{:?}",
+        events(&p, "l")
+    );
+}
