@@ -306,7 +306,10 @@ pub fn run_tick(
             Some(l) => Some(l),
             None => {
                 paths.log("SKIP", &[LogArg::Kv("reason", "locked".into())])?;
-                return Ok(Summary::bare(name, Outcome::Skip, "locked", 0));
+                // The state is replaced atomically, so reading it beside a running tick is
+                // safe; the summary reports where the loop stands, not 0.
+                let iteration = paths.load().map_or(0, |s| s.iteration_count);
+                return Ok(Summary::bare(name, Outcome::Skip, "locked", iteration));
             }
         }
     };

@@ -609,6 +609,11 @@ fn concurrent_runs_one_ticks_one_skips_locked() {
     let p = Project::new();
     let agent = slow_agent(&p, r#"{"pass": false, "score": 0.3}"#);
     p.agent_loop("l", &agent, "");
+    // Start from iteration 1, so the locked summary's iteration can be checked.
+    p.write("release", "");
+    assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
+    std::fs::remove_file(p.join("release")).unwrap();
+    std::fs::remove_file(p.join("calls.log")).unwrap();
     let first = p
         .lf_cmd(&["run", "--loop", "l"])
         .stdout(Stdio::null())
@@ -618,15 +623,20 @@ fn concurrent_runs_one_ticks_one_skips_locked() {
     wait_for(&p.join("started"));
     let second = p.lf(&["run", "--loop", "l", "--json"]);
     assert_eq!(second.code, 0, "{second:?}");
+    assert_eq!(second.json()["outcome"], "skip");
     assert_eq!(second.json()["reason"], "locked");
+    assert_eq!(second.json()["iteration"], 1);
+    let status = p.lf(&["status", "--loop", "l", "--json"]);
+    assert_eq!(status.code, 0, "{status:?}");
+    assert!(status.stdout.contains("\"running\": true"), "{status:?}");
     p.write("release", "");
     let out = first.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     let ev = events(&p, "l");
-    assert_eq!(count(&ev, "TICK pass=false score=0.3 iter=1"), 1, "{ev:?}");
+    assert_eq!(count(&ev, "TICK pass=false score=0.3 iter=2"), 1, "{ev:?}");
     assert_eq!(count(&ev, "SKIP reason=locked"), 1, "{ev:?}");
-    assert_eq!(ev.len(), 2, "{ev:?}");
-    assert_eq!(p.state("l")["iteration_count"], 1);
+    assert_eq!(ev.len(), 3, "{ev:?}");
+    assert_eq!(p.state("l")["iteration_count"], 2);
     assert_eq!(p.read("calls.log"), "implement\nverify\norchestrate\n");
 }
 
@@ -1325,4 +1335,35 @@ fn daemon_max_iterations_zero_means_no_limit() {
         "{:?}",
         events(&p, "l")
     );
+}
+
+#[test]
+fn log_prints_the_event_log() {
+    let p = Project::new();
+    let agent = standard_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
+    p.agent_loop("l", &agent, "");
+    assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
+    let r = p.lf(&["log", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        r.stdout,
+        std::fs::read_to_string(p.loop_dir("l").join(".state.log")).unwrap()
+    );
+    // Every line: an RFC 3339 UTC time, an event, its arguments.
+    for line in r.stdout.lines() {
+        let (time, rest) = line.split_once(' ').unwrap();
+        assert!(
+            time.len() == 20 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+            "{line}"
+        );
+        assert!(
+            rest.split(' ')
+                .next()
+                .unwrap()
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c == '_'),
+            "{line}"
+        );
+    }
+    assert_eq!(p.lf(&["log", "--loop", "nope"]).code, 2);
 }
