@@ -800,3 +800,22 @@ fn sigterm_to_a_daemon_mid_tick_stops_it_cleanly() {
     let pgid: i32 = p.read("pgid").trim().parse().unwrap();
     assert_eq!(wait_group_gone(pgid), Vec::<i32>::new());
 }
+
+#[test]
+fn a_node_that_exits_leaving_a_background_process_takes_it_along() {
+    let p = Project::new();
+    let agent = p.script(
+        "agent.sh",
+        &format!(
+            "echo $$ > \"{d}/pgid-$1\"\nsleep 300 &\n[ \"$1\" = verify ] && echo '{{\"pass\": false, \"score\": 0.5}}'\nexit 0",
+            d = p.path().display()
+        ),
+    );
+    p.agent_loop("l", &agent, "");
+    let j = run_json(&p, &[]);
+    assert_eq!(j["outcome"], "tick", "{j}");
+    for role in ["implement", "verify", "orchestrate"] {
+        let pgid: i32 = p.read(&format!("pgid-{role}")).trim().parse().unwrap();
+        assert_eq!(wait_group_gone(pgid), Vec::<i32>::new(), "{role}");
+    }
+}
