@@ -731,16 +731,28 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
             summary.outcome = Outcome::Halt;
             summary.reason = Some(h);
         }
-        if let End::Abort { node, reason } | End::Halt(node, Some(reason)) = &end {
+        match end {
             // Nodes after the commit failed: logged, but the iteration stands.
-            paths.log(
-                "WARN",
-                &[
-                    LogArg::Kv("node", node.clone()),
-                    LogArg::Kv("reason", reason.clone()),
-                    LogArg::Kv("msg", "failed after commit".into()),
-                ],
-            )?;
+            End::Abort { node, reason } => {
+                paths.log(
+                    "WARN",
+                    &[
+                        LogArg::Kv("node", node),
+                        LogArg::Kv("reason", reason),
+                        LogArg::Kv("msg", "failed after commit".into()),
+                    ],
+                )?;
+            }
+            // A halt after the commit (a blast-radius violation in a `git-commit` that
+            // follows it, an `on_failure = "halt"` node) still halts the loop.
+            End::Halt(reason, detail) => {
+                halt(paths, &reason, detail.as_deref())?;
+                if summary.outcome != Outcome::Halt {
+                    summary.outcome = Outcome::Halt;
+                    summary.reason = Some(reason);
+                }
+            }
+            End::Done | End::Skip(_) => {}
         }
         return Ok(summary);
     }

@@ -7,7 +7,9 @@ mod common;
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use common::{Project, live_group_members, standard_agent, wait_for_file, wait_group_gone};
+use common::{
+    Project, live_group_members, loop_toml_text, standard_agent, wait_for_file, wait_group_gone,
+};
 use serde_json::Value;
 
 /// Log events without timestamps and without `create`'s `CREATE` line.
@@ -818,4 +820,141 @@ fn a_node_that_exits_leaving_a_background_process_takes_it_along() {
         let pgid: i32 = p.read(&format!("pgid-{role}")).trim().parse().unwrap();
         assert_eq!(wait_group_gone(pgid), Vec::<i32>::new(), "{role}");
     }
+}
+
+// ---- after the commit -----------------------------------------------------------------
+
+#[test]
+fn a_halt_after_the_commit_still_halts_the_loop() {
+    let p = Project::new();
+    let post = p.script("post.sh", "exit 6");
+    pipeline_loop(
+        &p,
+        "",
+        &format!(
+            r#"[nodes.gate]
+kind = "gate"
+
+[nodes.commit]
+kind = "commit"
+needs = ["gate"]
+
+[nodes.post]
+kind = "command"
+argv = ["{post}"]
+needs = ["commit"]
+on_failure = "halt"
+"#,
+            post = post.display()
+        ),
+    );
+    let j = run_json(&p, &[]);
+    assert_eq!(j["outcome"], "halt", "{j}");
+    assert_eq!(
+        j["iteration"], 1,
+        "the commit happened: the iteration stands"
+    );
+    let s = p.state("l");
+    assert_eq!(s["iteration_count"], 1);
+    let reason = s["halt"]["reason"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not halted: {s}"));
+    assert!(reason.starts_with("human_intervention:"), "{reason}");
+    let ev = events(&p, "l");
+    assert_eq!(ev[0], "TICK iter=1");
+    assert!(ev[1].starts_with(&format!("HALT {reason}")), "{ev:?}");
+    run_json(&p, &[]);
+    assert_eq!(
+        events(&p, "l").last().unwrap(),
+        &format!("SKIP reason=halted:{reason}")
+    );
+}
+
+#[test]
+fn an_abort_after_the_commit_keeps_the_iteration_and_warns() {
+    let p = Project::new();
+    pipeline_loop(
+        &p,
+        "max_consecutive_aborts = 1",
+        r#"[nodes.gate]
+kind = "gate"
+
+[nodes.commit]
+kind = "commit"
+needs = ["gate"]
+
+[nodes.post]
+kind = "command"
+argv = ["false"]
+needs = ["commit"]
+"#,
+    );
+    let j = run_json(&p, &[]);
+    assert_eq!(j["outcome"], "tick", "{j}");
+    let s = p.state("l");
+    assert_eq!(s["iteration_count"], 1);
+    assert!(
+        s["halt"].is_null(),
+        "a committed tick is not an aborted one: {s}"
+    );
+    let ev = events(&p, "l");
+    assert_eq!(ev[0], "TICK iter=1");
+    assert!(ev[1].starts_with("WARN node=post reason=exit:1"), "{ev:?}");
+}
+
+#[test]
+fn a_blast_radius_violation_after_the_commit_halts() {
+    let p = Project::git();
+    let agent = p.script(
+        "agent.sh",
+        "case \"$1\" in\n  implement) mkdir -p secret src; echo x > secret/key; echo y > src/ok.rs ;;\n  verify) echo '{\"pass\": false, \"score\": 0.5}' ;;\nesac\nexit 0",
+    );
+    let pipe = p.write(
+        "pipelines/p.toml",
+        r#"name = "p"
+
+[nodes.gate]
+kind = "gate"
+
+[nodes.implement]
+kind = "harness"
+role = "implement"
+needs = ["gate"]
+
+[nodes.verify]
+kind = "harness"
+role = "verify"
+needs = ["implement"]
+
+[nodes.parse]
+kind = "verdict"
+from = "verify"
+needs = ["verify"]
+
+[nodes.commit]
+kind = "commit"
+needs = ["parse"]
+
+[nodes.save]
+kind = "git-commit"
+needs = ["commit"]
+"#,
+    );
+    let r = p.lf(&["create", "--loop", "l", "--task", "t"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let toml = loop_toml_text(&agent, "max_iterations = 10\ncontext_tokens = 32000", "")
+        .replace("[worktree]\nenabled = false", "[worktree]\nenabled = true")
+        + "\n[blast_radius]\nallow = [\"src/**\"]\ndeny = [\"secret/**\"]\n";
+    p.loop_toml("l", &format!("pipeline = \"{}\"\n{toml}", pipe.display()));
+    let j = run_json(&p, &[]);
+    assert_eq!(j["outcome"], "halt", "{j}");
+    let s = p.state("l");
+    assert_eq!(
+        s["halt"]["reason"], "human_intervention:blast_radius",
+        "{s}"
+    );
+    assert_eq!(s["iteration_count"], 1);
+    let wt = p.loop_dir("l").join("worktree");
+    let log = p.git_cmd(&["-C", wt.to_str().unwrap(), "log", "--oneline"]);
+    assert_eq!(log.lines().count(), 1, "nothing may be committed: {log}");
 }
