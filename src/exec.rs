@@ -541,6 +541,17 @@ fn execute(env: &TickEnv<'_>, parallel: bool) -> Result<Summary, RunError> {
         return Err(RunError::Config(Diagnostics::default()));
     };
     let mut walk = Walk::new(env);
+    // The brakes are universal (D3) and a halt stands until a human approves it (D4): a
+    // pipeline without a `gate` node still gets the gate, before any of its nodes runs.
+    if !p.nodes.iter().any(|n| n.kind == "gate") {
+        match crate::brakes::evaluate(env.config, &env.state, env.paths).verdict {
+            crate::brakes::Verdict::Pass => {}
+            crate::brakes::Verdict::Skip(r) => return finish(env, walk, End::Skip(r)),
+            crate::brakes::Verdict::Halt { reason, detail } => {
+                return finish(env, walk, End::Halt(reason, Some(detail)));
+            }
+        }
+    }
     let mut end = End::Done;
     let mut remaining: Vec<usize> = dag.order.clone();
     'waves: while !remaining.is_empty() {

@@ -958,3 +958,41 @@ needs = ["commit"]
     let log = p.git_cmd(&["-C", wt.to_str().unwrap(), "log", "--oneline"]);
     assert_eq!(log.lines().count(), 1, "nothing may be committed: {log}");
 }
+
+#[test]
+fn a_pipeline_without_a_gate_still_obeys_the_brakes() {
+    let p = Project::new();
+    pipeline_loop(
+        &p,
+        "",
+        r#"[nodes.work]
+kind = "command"
+argv = ["true"]
+
+[nodes.commit]
+kind = "commit"
+needs = ["work"]
+"#,
+    );
+    // max_iterations is 10 in pipeline_loop; lower it to 1.
+    let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml"))
+        .unwrap()
+        .replace("max_iterations = 10", "max_iterations = 1");
+    p.loop_toml("l", &toml);
+    assert_eq!(run_json(&p, &[])["outcome"], "tick");
+    // The cap holds...
+    let j = run_json(&p, &[]);
+    assert_eq!(j["outcome"], "halt", "{j}");
+    assert_eq!(j["reason"], "iterations_exhausted");
+    assert_eq!(p.state("l")["iteration_count"], 1);
+    // ...and so does a halt, until approved.
+    assert_eq!(p.lf(&["approve", "--loop", "l", "--extend", "5"]).code, 0);
+    assert_eq!(p.lf(&["halt", "--loop", "l", "--reason", "stop"]).code, 0);
+    let j = run_json(&p, &[]);
+    assert_eq!(j["reason"], "halted:stop", "{j}");
+    assert_eq!(node_status(&j, "work"), "not_run");
+    assert_eq!(p.state("l")["iteration_count"], 1);
+    assert_eq!(p.lf(&["approve", "--loop", "l"]).code, 0);
+    assert_eq!(run_json(&p, &[])["outcome"], "tick");
+    assert_eq!(p.state("l")["iteration_count"], 2);
+}
