@@ -1367,3 +1367,27 @@ fn log_prints_the_event_log() {
     }
     assert_eq!(p.lf(&["log", "--loop", "nope"]).code, 2);
 }
+
+#[test]
+fn a_state_from_a_newer_loopflow_is_refused_and_kept() {
+    let p = Project::new();
+    let agent = standard_agent(&p, &[PASS_09]);
+    p.agent_loop("l", &agent, "");
+    let state_path = p.loop_dir("l").join(".state.loop");
+    let mut s = p.state("l");
+    s["schema_version"] = serde_json::json!(99);
+    s["a_future_field"] = serde_json::json!({"x": 1});
+    let text = serde_json::to_string_pretty(&s).unwrap();
+    std::fs::write(&state_path, &text).unwrap();
+    for args in [
+        vec!["run", "--loop", "l"],
+        vec!["approve", "--loop", "l", "--extend", "1"],
+        vec!["halt", "--loop", "l", "--reason", "x"],
+    ] {
+        let r = p.lf(&args);
+        assert_eq!(r.code, 4, "{args:?}: {r:?}");
+        assert!(r.stderr.contains("newer"), "{args:?}: {r:?}");
+    }
+    assert_eq!(std::fs::read_to_string(&state_path).unwrap(), text);
+    assert!(!p.join("calls.log").exists());
+}
