@@ -198,12 +198,10 @@ pub fn load_loop(
 ) -> Result<Loaded, RunError> {
     let mut diags = Diagnostics::default();
     let cfg_path = paths.config();
-    let config = LoopConfig::read(&cfg_path, base, &mut diags).map_err(|e| {
-        RunError::State(StateError::Io {
-            path: cfg_path.clone(),
-            source: e,
-        })
-    })?;
+    let config = match LoopConfig::read(&cfg_path, base, &mut diags) {
+        Ok(c) => c,
+        Err(e) => return Err(read_error(&cfg_path, base, e)),
+    };
     let pipeline_path = pipeline_arg.map(Path::to_path_buf).or_else(|| {
         config
             .as_ref()
@@ -213,6 +211,9 @@ pub fn load_loop(
         None => Some(Pipeline::builtin()),
         Some(p) => match Source::read(p, base) {
             Ok(src) => Pipeline::load(&src, &mut diags),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(read_error(p, base, e));
+            }
             Err(e) => {
                 return Err(RunError::Usage(format!(
                     "cannot read pipeline {}: {e}",
@@ -234,6 +235,46 @@ pub fn load_loop(
     }
 }
 
+/// A configuration file that cannot be read. One that exists but is not UTF-8 text is
+/// invalid configuration (exit 3, located at its first bad byte); anything else is I/O.
+pub fn read_error(path: &Path, base: &Path, e: std::io::Error) -> RunError {
+    if e.kind() != std::io::ErrorKind::InvalidData {
+        return RunError::State(StateError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        });
+    }
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let good = std::str::from_utf8(&bytes)
+        .err()
+        .map_or(0, |u| u.valid_up_to());
+    // Only the valid prefix is shown, with control characters blanked (same byte
+    // length, so offsets hold) so binary junk never reaches the terminal.
+    let prefix: String = String::from_utf8_lossy(&bytes[..good])
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                " ".repeat(c.len_utf8())
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    let src = Source::new(crate::diag::display_name(path, base), path, prefix);
+    let mut d = Diagnostics::default();
+    d.push(
+        crate::diag::Diagnostic::error(
+            crate::diag::Code::TomlSyntax,
+            &src,
+            good..good,
+            "the file is not UTF-8 text, so it cannot be TOML",
+        )
+        .label("first byte that is not UTF-8")
+        .help("a TOML file must be UTF-8 text; is this the right file, or was it overwritten by a binary?"),
+    );
+    RunError::Config(d)
+}
+
 /// One tick of one loop (DESIGN §10 `run`).
 pub fn run_tick(
     project: &Path,
@@ -242,6 +283,14 @@ pub fn run_tick(
     cancel: &AtomicBool,
 ) -> Result<Summary, RunError> {
     crate::project::check_loop_name(name).map_err(RunError::Usage)?;
+    // Agents run in another directory (the worktree) and get paths as arguments and in
+    // LOOPFLOW_PROJECT: every path they see must be absolute, whatever `--project` was.
+    let project = &std::path::absolute(project).map_err(|e| {
+        RunError::State(StateError::Io {
+            path: project.to_path_buf(),
+            source: e,
+        })
+    })?;
     let paths = LoopPaths::new(project, name);
     if !paths.dir.is_dir() {
         return Ok(Summary::bare(name, Outcome::Skip, "unknown_loop", 0));
@@ -259,7 +308,10 @@ pub fn run_tick(
             Some(l) => Some(l),
             None => {
                 paths.log("SKIP", &[LogArg::Kv("reason", "locked".into())])?;
-                return Ok(Summary::bare(name, Outcome::Skip, "locked", 0));
+                // The state is replaced atomically, so reading it beside a running tick is
+                // safe; the summary reports where the loop stands, not 0.
+                let iteration = paths.load().map_or(0, |s| s.iteration_count);
+                return Ok(Summary::bare(name, Outcome::Skip, "locked", iteration));
             }
         }
     };
@@ -273,6 +325,9 @@ pub fn run_tick(
             return Err(e.into());
         }
     };
+    if !opts.dry_run {
+        paths.recover_tick_line(&state)?;
+    }
     let loaded = match load_loop(&paths, opts.pipeline.as_deref(), &base) {
         Ok(l) => l,
         Err(e) => {
@@ -285,11 +340,7 @@ pub fn run_tick(
     crate::brakes::begin_tick(opts.dry_run); // a dry run spawns nothing, audits included
     let gate = crate::brakes::evaluate(&loaded.config, &state, &paths);
     let cwd = if loaded.config.worktree {
-        state
-            .worktree_path
-            .as_ref()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| paths.worktree.clone())
+        paths.worktree_dir(&state)
     } else {
         project.to_path_buf()
     };
@@ -504,18 +555,33 @@ fn execute(env: &TickEnv<'_>, parallel: bool) -> Result<Summary, RunError> {
         return Err(RunError::Config(Diagnostics::default()));
     };
     let mut walk = Walk::new(env);
+    // The brakes are universal (D3) and a halt stands until a human approves it (D4): a
+    // pipeline without a `gate` node still gets the gate, before any of its nodes runs.
+    if !p.nodes.iter().any(|n| n.kind == "gate") {
+        match crate::brakes::evaluate(env.config, &env.state, env.paths).verdict {
+            crate::brakes::Verdict::Pass => {}
+            crate::brakes::Verdict::Skip(r) => return finish(env, walk, End::Skip(r)),
+            crate::brakes::Verdict::Halt { reason, detail } => {
+                return finish(env, walk, End::Halt(reason, Some(detail)));
+            }
+        }
+    }
     let mut end = End::Done;
     let mut remaining: Vec<usize> = dag.order.clone();
     'waves: while !remaining.is_empty() {
         // A wave: every node whose needs are all settled. Sequential runs take one node.
         let mut wave = Vec::new();
-        for &v in &remaining {
+        for (k, &v) in remaining.iter().enumerate() {
             let ready = p.nodes[v].needs.iter().all(|n| {
                 p.index
                     .get(&n.value)
                     .is_some_and(|&u| walk.status[u] != "not_run" || walk.outputs[u].is_some())
             });
-            if ready {
+            // A committing node waits until every node before it in the sequential order
+            // has settled, so `--parallel` commits exactly when a sequential run would
+            // (an earlier failure on an independent branch aborts both before the commit).
+            let commit_early = k > 0 && p.nodes[v].spec.commits();
+            if ready && !commit_early {
                 wave.push(v);
                 if !parallel {
                     break;
@@ -690,16 +756,28 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
             summary.outcome = Outcome::Halt;
             summary.reason = Some(h);
         }
-        if let End::Abort { node, reason } | End::Halt(node, Some(reason)) = &end {
+        match end {
             // Nodes after the commit failed: logged, but the iteration stands.
-            paths.log(
-                "WARN",
-                &[
-                    LogArg::Kv("node", node.clone()),
-                    LogArg::Kv("reason", reason.clone()),
-                    LogArg::Kv("msg", "failed after commit".into()),
-                ],
-            )?;
+            End::Abort { node, reason } => {
+                paths.log(
+                    "WARN",
+                    &[
+                        LogArg::Kv("node", node),
+                        LogArg::Kv("reason", reason),
+                        LogArg::Kv("msg", "failed after commit".into()),
+                    ],
+                )?;
+            }
+            // A halt after the commit (a blast-radius violation in a `git-commit` that
+            // follows it, an `on_failure = "halt"` node) still halts the loop.
+            End::Halt(reason, detail) => {
+                halt(paths, &reason, detail.as_deref())?;
+                if summary.outcome != Outcome::Halt {
+                    summary.outcome = Outcome::Halt;
+                    summary.reason = Some(reason);
+                }
+            }
+            End::Done | End::Skip(_) => {}
         }
         return Ok(summary);
     }
@@ -745,12 +823,17 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
                     LogArg::Kv("reason", reason.clone()),
                 ],
             )?;
+            summary.reason = Some(format!("{node}:{reason}"));
+            // An interrupted tick (SIGINT/SIGTERM) says nothing about the harness and must
+            // leave `.state.loop` exactly as it was (R6), so it is not counted.
+            if summary.interrupted {
+                return Ok(summary);
+            }
             let max = env.config.brakes.max_consecutive_aborts;
             let (state, _) = paths.update(|s| {
                 s.consecutive_aborts += 1;
             })?;
-            summary.reason = Some(format!("{node}:{reason}"));
-            if state.consecutive_aborts >= max && !summary.interrupted {
+            if state.consecutive_aborts >= max {
                 halt(
                     paths,
                     "human_intervention:harness_failing",

@@ -73,7 +73,12 @@ fn group_alive(pgid: u32) -> bool {
 }
 
 /// TERM the group, wait up to the grace period for it to empty, then KILL.
+/// `reap` collects the group leader when it exits: until it is reaped it stays in the
+/// group as a zombie, and the group would look alive for the whole grace period.
 #[cfg(unix)]
+/// The waiter thread reaps the group leader as soon as it exits, so a group that obeys
+/// TERM is seen empty at once (an unreaped zombie would keep it "alive" for the whole
+/// grace period).
 fn stop_group(pgid: u32) {
     signal_group(pgid, libc::SIGTERM);
     let deadline = Instant::now() + GRACE;

@@ -275,7 +275,11 @@ fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateE
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok(paths.worktree.clone())
+    // Absolute, so a scheduler running from another directory finds it.
+    Ok(paths
+        .worktree
+        .canonicalize()
+        .unwrap_or_else(|_| paths.worktree.clone()))
 }
 
 #[cfg(test)]

@@ -159,6 +159,17 @@ impl LoopPaths {
         }
     }
 
+    /// The loop's worktree. `create` always puts it at `<loop dir>/worktree`; the path it
+    /// records is used when absolute, but a relative one (recorded by a `create` run with
+    /// a relative `--project`, such as the default `.`) names that same place relative to
+    /// a working directory that is long gone, so the default location is used instead.
+    pub fn worktree_dir(&self, state: &State) -> PathBuf {
+        match &state.worktree_path {
+            Some(p) if Path::new(p).is_absolute() => PathBuf::from(p),
+            _ => self.worktree.clone(),
+        }
+    }
+
     /// `loop.toml`, or a predecessor-style `loop.json` when only that exists.
     pub fn config(&self) -> PathBuf {
         let toml = self.dir.join("loop.toml");
@@ -216,6 +227,48 @@ impl LoopPaths {
             return Ok(false);
         }
         Ok(self.try_lock_tick()?.is_none())
+    }
+
+    /// The `iter=` of the last `TICK` line in the log's tail (the last 64 KiB); 0 when
+    /// the whole log was read and holds none; `None` when that cannot be known.
+    fn last_logged_tick(&self) -> Option<u64> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = File::open(&self.log).ok()?;
+        let len = f.metadata().ok()?.len();
+        let start = len.saturating_sub(64 * 1024);
+        f.seek(SeekFrom::Start(start)).ok()?;
+        let mut buf = Vec::new();
+        f.read_to_end(&mut buf).ok()?;
+        let last = String::from_utf8_lossy(&buf).lines().rev().find_map(|l| {
+            let mut words = l.split(' ');
+            words.next()?; // the time
+            if words.next()? != "TICK" {
+                return None;
+            }
+            words.find_map(|w| w.strip_prefix("iter=")?.parse().ok())
+        });
+        last.or((start == 0).then_some(0))
+    }
+
+    /// The commit writes the state, then its `TICK` line; a crash in between leaves an
+    /// iteration without its line. Called at the start of the next tick, under the tick
+    /// lock: when the log's last `TICK` is exactly one iteration behind the state, the
+    /// missing line is appended as `TICK iter=N recovered=true`. Anything else (no log,
+    /// a rotated log) is left alone.
+    pub fn recover_tick_line(&self, state: &State) -> Result<(), StateError> {
+        if state.iteration_count == 0 {
+            return Ok(());
+        }
+        match self.last_logged_tick() {
+            Some(last) if last + 1 == state.iteration_count => self.log(
+                "TICK",
+                &[
+                    LogArg::Kv("iter", state.iteration_count.to_string()),
+                    LogArg::Kv("recovered", "true".into()),
+                ],
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// Appends one event line: `<time> <EVENT> <args>`.

@@ -107,6 +107,18 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     let mut i = 0;
     while let Some(found) = find2(&text[i..], b'{') {
         let open = i + found;
+        // `{{{{raw}}}} … {{{{/raw}}}}`: everything inside is literal text.
+        if text[open..].starts_with("{{{{")
+            && let Some(name_end) = text[open + 4..].find("}}}}")
+        {
+            let name = text[open + 4..open + 4 + name_end].trim();
+            let close_tag = format!("{{{{{{{{/{name}}}}}}}}}");
+            let body = open + 4 + name_end + 4;
+            i = text[body..]
+                .find(&close_tag)
+                .map_or(text.len(), |k| body + k + close_tag.len());
+            continue;
+        }
         let Some(close_rel) = find2(&text[open..], b'}') else {
             break;
         };

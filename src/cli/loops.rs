@@ -130,10 +130,7 @@ fn config(paths: &LoopPaths, project: &Path) -> Result<LoopConfig, i32> {
     match LoopConfig::read(&paths.config(), &base, &mut d) {
         Ok(Some(c)) if !d.has_errors() => Ok(c),
         Ok(_) => Err(report(&RunError::Config(d))),
-        Err(e) => Err(report(&RunError::State(crate::state::StateError::Io {
-            path: paths.config(),
-            source: e,
-        }))),
+        Err(e) => Err(report(&crate::exec::read_error(&paths.config(), &base, e))),
     }
 }
 
@@ -577,10 +574,7 @@ pub fn can_edit(project: &Path, a: CanEditArgs) -> i32 {
         Err(code) => return code,
     };
     let root = if cfg.worktree {
-        state
-            .worktree_path
-            .map(PathBuf::from)
-            .unwrap_or(paths.worktree.clone())
+        paths.worktree_dir(&state)
     } else {
         project.to_path_buf()
     };

@@ -48,7 +48,8 @@ pub struct DaemonArgs {
     /// Seconds between ticks; default: each loop's schedule.interval_seconds, else 3600.
     #[arg(long, value_name = "S")]
     pub interval: Option<u64>,
-    /// Exit 0 after this many tick attempts (does not touch the loops' brakes).
+    /// Exit 0 after this many tick attempts (does not touch the loops' brakes); 0 means
+    /// no limit, as when the flag is absent.
     #[arg(long, value_name = "N")]
     pub max_iterations: Option<u64>,
     /// Print a JSON summary line per tick.
@@ -202,7 +203,7 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
             }
             attempts += 1;
             due.insert(n.clone(), Instant::now() + interval_of(&n));
-            if a.max_iterations.is_some_and(|m| attempts >= m) {
+            if a.max_iterations.is_some_and(|m| m > 0 && attempts >= m) {
                 stopped(&current, attempts);
                 return exit::OK;
             }

@@ -191,15 +191,67 @@ impl Project {
     /// A standard loop whose roles run `agent` (a script path) with the role as first
     /// argument: `agent implement|verify|orchestrate <prompt>`.
     pub fn agent_loop(&self, name: &str, agent: &Path, extra_brakes: &str) {
+        self.agent_loop_with(
+            name,
+            agent,
+            &format!("max_iterations = 10\ncontext_tokens = 32000\n{extra_brakes}"),
+            "",
+        );
+    }
+
+    /// Like [`Project::agent_loop`], with the whole `[brakes]` body given and `extra`
+    /// TOML appended (per-role commands, say).
+    pub fn agent_loop_with(&self, name: &str, agent: &Path, brakes: &str, extra: &str) {
         let r = self.create(name, Some("the task"));
         assert_eq!(r.code, 0, "{r:?}");
-        self.loop_toml(
-            name,
-            &format!(
-                r#"[brakes]
-max_iterations = 10
-context_tokens = 32000
-{extra_brakes}
+        self.loop_toml(name, &loop_toml_text(agent, brakes, extra));
+    }
+
+    /// `loopflow --project <dir> ARGS` as a command to spawn in the background.
+    pub fn lf_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("--project")
+            .arg(self.path())
+            .args(args)
+            .current_dir(self.path())
+            .env("NO_COLOR", "1")
+            .env_remove("LOOPFLOW_CONTEXT_TOKENS");
+        c
+    }
+
+    /// Every file and directory under the project (relative path → bytes; directories
+    /// map to `None`), to prove a command wrote nothing.
+    pub fn snapshot(&self) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+        fn walk(
+            root: &Path,
+            dir: &Path,
+            out: &mut std::collections::BTreeMap<PathBuf, Option<Vec<u8>>>,
+        ) {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                let rel = p.strip_prefix(root).expect("under root").to_path_buf();
+                if p.is_dir() {
+                    out.insert(rel, None);
+                    walk(root, &p, out);
+                } else {
+                    out.insert(rel, Some(std::fs::read(&p).unwrap_or_default()));
+                }
+            }
+        }
+        let mut out = std::collections::BTreeMap::new();
+        walk(self.path(), self.path(), &mut out);
+        out
+    }
+}
+
+/// A `loop.toml` whose roles all run `agent` as `agent <role> <prompt>`.
+pub fn loop_toml_text(agent: &Path, brakes: &str, extra: &str) -> String {
+    format!(
+        r#"[brakes]
+{brakes}
 
 [harness]
 command = ["{agent}", "{{{{role}}}}", "{{{{prompt}}}}"]
@@ -213,11 +265,10 @@ prompt = "prompts/loop-orchestrate.md"
 
 [worktree]
 enabled = false
+{extra}
 "#,
-                agent = agent.display()
-            ),
-        );
-    }
+        agent = agent.display()
+    )
 }
 
 /// A fake agent: implement appends to work.txt, verify prints the verdict from the file
@@ -242,4 +293,55 @@ esac"#,
             v = vpath.display()
         ),
     )
+}
+
+/// Live (non-zombie) processes in process group `pgid`, from `/proc` (Linux).
+pub fn live_group_members(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 2 && f[2].parse::<i32>() == Ok(pgid) && f[0] != "Z" && f[0] != "X" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits (up to 30 s, polling) until process group `pgid` has no live member;
+/// returns the members still alive at the end.
+pub fn wait_group_gone(pgid: i32) -> Vec<i32> {
+    let start = std::time::Instant::now();
+    loop {
+        let left = live_group_members(pgid);
+        if left.is_empty() || start.elapsed() > std::time::Duration::from_secs(30) {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Waits (up to two minutes) until `path` exists.
+pub fn wait_for_file(path: &Path) {
+    let start = std::time::Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(120),
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
