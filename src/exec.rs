@@ -676,16 +676,26 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
             summary.outcome = Outcome::Halt;
             summary.reason = Some(h);
         }
-        if let End::Abort { node, reason } | End::Halt(node, Some(reason)) = &end {
-            // Nodes after the commit failed: logged, but the iteration stands.
-            paths.log(
-                "WARN",
-                &[
-                    LogArg::Kv("node", node.clone()),
-                    LogArg::Kv("reason", reason.clone()),
-                    LogArg::Kv("msg", "failed after commit".into()),
-                ],
-            )?;
+        match &end {
+            End::Abort { node, reason } => {
+                // Nodes after the commit failed: logged, but the iteration stands.
+                paths.log(
+                    "WARN",
+                    &[
+                        LogArg::Kv("node", node.clone()),
+                        LogArg::Kv("reason", reason.clone()),
+                        LogArg::Kv("msg", "failed after commit".into()),
+                    ],
+                )?;
+            }
+            End::Halt(reason, detail) => {
+                // A halt after the commit (git-commit refusing a path outside the blast
+                // radius) still halts the loop; the iteration it spent stands.
+                halt(paths, reason, detail.as_deref())?;
+                summary.outcome = Outcome::Halt;
+                summary.reason.get_or_insert_with(|| reason.clone());
+            }
+            End::Done | End::Skip(_) => {}
         }
         return Ok(summary);
     }
@@ -774,6 +784,7 @@ pub fn halt(paths: &LoopPaths, reason: &str, detail: Option<&str>) -> Result<(),
             args.push(LogArg::Kv("detail", d.to_string()));
         }
         paths.log("HALT", &args)?;
+        crate::schedule::disable_best_effort(paths);
     }
     Ok(())
 }

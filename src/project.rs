@@ -148,7 +148,7 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     let ignore = paths.dir.join(".gitignore");
     std::fs::write(
         &ignore,
-        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\n",
+        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\n.schedule.json\n.schedule.lock\n.schedule.log\n",
     )
     .map_err(io(&ignore))?;
     let state = State::new(
