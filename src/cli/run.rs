@@ -1,5 +1,6 @@
 //! `run` and `daemon`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use crate::diag::{Format, render};
-use crate::exec::{Outcome, RunError, RunOptions, Summary, run_tick};
+use crate::exec::{RunError, RunOptions, Summary, run_tick};
 use crate::exit;
 use crate::state::{LogArg, LoopPaths};
 
@@ -54,6 +55,9 @@ pub struct DaemonArgs {
     /// Print a JSON summary line per tick.
     #[arg(long)]
     pub json: bool,
+    /// How many loops may tick at the same time (never two ticks of one loop).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub max_concurrent: usize,
 }
 
 /// SIGINT/SIGTERM set this flag; running children are stopped by the process layer.
@@ -140,13 +144,18 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
         dry_run: false,
         parallel: false,
     };
+    let max_concurrent = a.max_concurrent.max(1);
     let mut attempts = 0u64;
-    // Next due time per loop; loops sharing an interval wake together.
-    let mut due: std::collections::BTreeMap<String, Instant> = std::collections::BTreeMap::new();
+    // Due times sit on a grid of each loop's interval measured from the daemon's start,
+    // so loops sharing an interval wake together and nothing drifts; a slot missed while
+    // a tick ran long is skipped, not made up in a burst.
+    let start = Instant::now();
+    let mut due: BTreeMap<String, Instant> = BTreeMap::new();
     let interval_of = |name: &str| -> Duration {
         if let Some(s) = a.interval {
             return Duration::from_secs(s.max(1));
         }
+        // Re-read every time: an edited interval applies from the next tick on.
         let paths = LoopPaths::new(project, name);
         let mut d = crate::diag::Diagnostics::default();
         let secs = crate::config::LoopConfig::read(&paths.config(), project, &mut d)
@@ -154,6 +163,10 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
             .flatten()
             .map_or(3600, |c| c.interval_seconds);
         Duration::from_secs(secs.max(1))
+    };
+    let next_slot = |iv: Duration, now: Instant| -> Instant {
+        let k = now.saturating_duration_since(start).as_nanos() / iv.as_nanos().max(1) + 1;
+        start + iv * u32::try_from(k).unwrap_or(u32::MAX)
     };
     let stopped = |names: &[String], attempts: u64| {
         for n in names {
@@ -167,6 +180,10 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
         }
         eprintln!("loopflow daemon stopped after {attempts} tick attempt(s)");
     };
+    if a.max_iterations == Some(0) {
+        stopped(&names, 0);
+        return exit::OK;
+    }
     loop {
         // Re-read the set of loops each round so new loops are picked up.
         let current: Vec<String> = if a.all {
@@ -179,29 +196,56 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
             due.entry(n.clone()).or_insert(now);
         }
         due.retain(|n, _| current.contains(n));
-        let ready: Vec<String> = due
+        let mut ready: Vec<String> = due
             .iter()
             .filter(|(_, t)| **t <= now)
             .map(|(n, _)| n.clone())
             .collect();
-        for n in ready {
-            if cancel.load(Ordering::SeqCst) {
-                break;
-            }
-            match run_tick(project, &n, &opts, &cancel) {
-                Ok(s) => {
-                    print_summary(&s, a.json);
-                    if s.outcome == Outcome::Abort && s.interrupted {
-                        break;
+        while !ready.is_empty() && !cancel.load(Ordering::SeqCst) {
+            let left = a.max_iterations.map_or(usize::MAX, |m| {
+                usize::try_from(m.saturating_sub(attempts)).unwrap_or(usize::MAX)
+            });
+            let take = ready.len().min(max_concurrent).min(left);
+            let batch: Vec<String> = ready.drain(..take).collect();
+            // Up to --max-concurrent loops tick at once; each loop's own lock still keeps
+            // two ticks of one loop (from another daemon, say) apart.
+            let results: Vec<(String, Result<Summary, RunError>)> = if batch.len() == 1 {
+                let n = &batch[0];
+                vec![(n.clone(), run_tick(project, n, &opts, &cancel))]
+            } else {
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = batch
+                        .iter()
+                        .map(|n| {
+                            let (opts, cancel) = (&opts, &cancel);
+                            s.spawn(move || (n.clone(), run_tick(project, n, opts, cancel)))
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .zip(&batch)
+                        .map(|(h, n)| {
+                            h.join().unwrap_or_else(|_| {
+                                (
+                                    n.clone(),
+                                    Err(RunError::Usage(format!("the tick of loop {n} panicked"))),
+                                )
+                            })
+                        })
+                        .collect()
+                })
+            };
+            for (n, r) in results {
+                match r {
+                    Ok(s) => print_summary(&s, a.json),
+                    // One loop's failure never stops the others.
+                    Err(e) => {
+                        report(&e);
                     }
                 }
-                Err(e) => {
-                    // One loop's failure never stops the others.
-                    report(&e);
-                }
+                attempts += 1;
+                due.insert(n.clone(), next_slot(interval_of(&n), Instant::now()));
             }
-            attempts += 1;
-            due.insert(n.clone(), Instant::now() + interval_of(&n));
             if a.max_iterations.is_some_and(|m| attempts >= m) {
                 stopped(&current, attempts);
                 return exit::OK;
@@ -216,6 +260,12 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
             .min()
             .copied()
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(60));
+        // With --all and no loop yet, look again for new loops now and then.
+        let next = if due.is_empty() {
+            next.min(Instant::now() + Duration::from_secs(5))
+        } else {
+            next
+        };
         while Instant::now() < next && !cancel.load(Ordering::SeqCst) {
             std::thread::sleep(
                 next.saturating_duration_since(Instant::now())
