@@ -84,13 +84,17 @@ impl Radius {
             allow.add(glob(&g.value).map_err(|e| e.to_string())?);
         }
         let mut deny = GlobSetBuilder::new();
-        for g in config
-            .deny
-            .iter()
-            .map(|s| s.value.as_str())
-            .chain(ALWAYS_DENIED.iter().copied())
-        {
-            deny.add(glob(g).map_err(|e| e.to_string())?);
+        for g in &config.deny {
+            deny.add(glob(&g.value).map_err(|e| e.to_string())?);
+        }
+        // Case-insensitive: on macOS and Windows `.GIT/config` *is* `.git/config`.
+        for g in ALWAYS_DENIED {
+            let always = GlobBuilder::new(g)
+                .literal_separator(true)
+                .case_insensitive(true)
+                .build()
+                .map_err(|e| e.to_string())?;
+            deny.add(always);
         }
         Ok(Radius {
             root,

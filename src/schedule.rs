@@ -785,6 +785,8 @@ pub fn install(
     let mut said = Vec::new();
     let mut files = Vec::new();
     let mut activated = false;
+    // An error after files were written: they are recorded first, so uninstall removes them.
+    let mut pending = None;
     match p {
         Platform::Systemd => {
             let dir = systemd_dir()?;
@@ -803,8 +805,8 @@ pub fn install(
                     said.push(format!("enabled and started {timer}"));
                 }
                 Err(e) => {
-                    return Err(format!(
-                        "the unit files are written ({}) but could not be enabled: {e}\n  run `systemctl --user daemon-reload && systemctl --user enable --now {timer}` in your login session, or use --platform cron",
+                    pending = Some(format!(
+                        "the unit files are written ({}) but could not be enabled: {e}\n  run `systemctl --user daemon-reload && systemctl --user enable --now {timer}` in your login session, or use --platform cron (`schedule uninstall` removes the files)",
                         dir.display()
                     ));
                 }
@@ -904,7 +906,10 @@ pub fn install(
     };
     ensure_ignored(paths)?;
     write_record(paths, &record)?;
-    Ok((record, said))
+    match pending {
+        Some(e) => Err(e),
+        None => Ok((record, said)),
+    }
 }
 
 fn unreachable_auto() -> Result<(), String> {

@@ -304,6 +304,7 @@ fn can_edit_resolves_dotdot_absolute_and_symlinks_and_deny_beats_allow() {
     refused(&[".git/config"], "deny");
     refused(&[".loopflow/loops/x/.state.loop"], "deny");
     refused(&["src/sub/.git/config"], "deny");
+    refused(&[".GIT/config"], "deny");
     // The main checkout is outside the loop's worktree.
     refused(
         &[&p.join("src/lib.rs").display().to_string()],
@@ -449,6 +450,14 @@ fn git_commit_refuses_a_symlink_pointing_outside() {
     p.lf(&["run", "--loop", "g"]);
     let detail = p.state("g")["halt"]["detail"].as_str().unwrap().to_string();
     assert!(detail.contains("/etc/passwd"), "{detail}");
+}
+
+#[test]
+fn git_commit_refuses_a_nested_repository() {
+    assert_refused(
+        "mkdir -p src/sub && git -C src/sub init -q && echo x > src/sub/f",
+        "is a nested git repository",
+    );
 }
 
 #[test]

@@ -14,6 +14,9 @@ use common::{Project, bin, standard_agent};
 fn have(tool: &str) -> bool {
     let found = std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
+    if !found && std::env::var("LOOPFLOW_REQUIRE_VALIDATORS").as_deref() == Ok("1") {
+        panic!("`{tool}` is required (LOOPFLOW_REQUIRE_VALIDATORS=1) but not installed");
+    }
     if !found {
         println!("NOTICE: `{tool}` is not installed; skipping its validation (CI installs it)");
     }
@@ -516,6 +519,25 @@ fn systemd_install_without_a_user_manager_fails_clearly() {
         r.stderr.contains("could not be enabled") && r.stderr.contains("--platform cron"),
         "{r:?}"
     );
+    // What was written is recorded, so uninstall takes it away again.
+    assert_eq!(
+        std::fs::read_dir(xdg.path().join("systemd/user"))
+            .unwrap()
+            .count(),
+        2
+    );
+    let r = lf(
+        &p,
+        &f.env(xdg.path()),
+        &["schedule", "uninstall", "--loop", "l"],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        std::fs::read_dir(xdg.path().join("systemd/user"))
+            .unwrap()
+            .count(),
+        0
+    );
 }
 
 #[test]
@@ -586,7 +608,7 @@ fn real_cron_fires_the_line() {
         println!("NOTICE: set LOOPFLOW_TEST_REAL_CRON=1 to run the real-cron test");
         return;
     }
-    assert!(have("crontab") && (have("cron") || Path::new("/usr/sbin/cron").exists()));
+    assert!(have("crontab") && (Path::new("/usr/sbin/cron").exists() || have("cron")));
     let p = project(60);
     // Runs from cron's environment: the task is enough for a SKIP-or-tick log line.
     let before = Command::new("crontab").arg("-l").output().unwrap();
