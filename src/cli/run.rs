@@ -127,6 +127,51 @@ pub fn run(project: &Path, a: RunArgs) -> i32 {
     }
 }
 
+/// Runs one tick as a child `loopflow run` process and waits for it. A tick of its own
+/// process means a tick survives the daemon: when the daemon is killed (even with
+/// SIGKILL) the tick finishes and commits, holding the loop's lock until then, instead
+/// of leaving its agent running unlocked beside the next tick. SIGINT/SIGTERM to the
+/// daemon are passed on as SIGTERM, which the tick handles as an interruption.
+fn tick_child(
+    project: &Path,
+    name: &str,
+    a: &DaemonArgs,
+    cancel: &AtomicBool,
+) -> Result<i32, String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the loopflow binary: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("--project").arg(project).arg("run");
+    if let Some(p) = &a.pipeline {
+        cmd.arg(p);
+    }
+    cmd.args(["--loop", name]);
+    if a.json {
+        cmd.arg("--json");
+    }
+    cmd.stdin(std::process::Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("spawn loopflow run: {e}"))?;
+    let mut passed_on = false;
+    loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            return Ok(st.code().unwrap_or(exit::INTERRUPTED));
+        }
+        if cancel.load(Ordering::SeqCst) && !passed_on {
+            passed_on = true;
+            #[cfg(unix)]
+            // SAFETY: kill only sends a signal to our own child.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+            #[cfg(not(unix))]
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
     let cancel = install_signals();
     let names: Vec<String> = match &a.loop_name {
@@ -138,11 +183,6 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
             vec![n.clone()]
         }
         None => Vec::new(),
-    };
-    let opts = RunOptions {
-        pipeline: a.pipeline.clone(),
-        dry_run: false,
-        parallel: false,
     };
     let max_concurrent = a.max_concurrent.max(1);
     let mut attempts = 0u64;
@@ -207,40 +247,35 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
             });
             let take = ready.len().min(max_concurrent).min(left);
             let batch: Vec<String> = ready.drain(..take).collect();
-            // Up to --max-concurrent loops tick at once; each loop's own lock still keeps
-            // two ticks of one loop (from another daemon, say) apart.
-            let results: Vec<(String, Result<Summary, RunError>)> = if batch.len() == 1 {
-                let n = &batch[0];
-                vec![(n.clone(), run_tick(project, n, &opts, &cancel))]
-            } else {
-                std::thread::scope(|s| {
-                    let handles: Vec<_> = batch
-                        .iter()
-                        .map(|n| {
-                            let (opts, cancel) = (&opts, &cancel);
-                            s.spawn(move || (n.clone(), run_tick(project, n, opts, cancel)))
-                        })
-                        .collect();
-                    handles
-                        .into_iter()
-                        .zip(&batch)
-                        .map(|(h, n)| {
-                            h.join().unwrap_or_else(|_| {
-                                (
-                                    n.clone(),
-                                    Err(RunError::Usage(format!("the tick of loop {n} panicked"))),
-                                )
-                            })
-                        })
-                        .collect()
-                })
-            };
+            // Up to --max-concurrent loops tick at once, each as its own `run` process;
+            // each loop's lock still keeps two ticks of one loop (from another daemon,
+            // say) apart.
+            let results: Vec<(String, Result<i32, String>)> = std::thread::scope(|s| {
+                let handles: Vec<_> = batch
+                    .iter()
+                    .map(|n| {
+                        let (a, cancel) = (&a, &cancel);
+                        s.spawn(move || (n.clone(), tick_child(project, n, a, cancel)))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .zip(&batch)
+                    .map(|(h, n)| {
+                        h.join()
+                            .unwrap_or_else(|_| (n.clone(), Err("the tick thread panicked".into())))
+                    })
+                    .collect()
+            });
             for (n, r) in results {
                 match r {
-                    Ok(s) => print_summary(&s, a.json),
-                    // One loop's failure never stops the others.
+                    Ok(code) if code == exit::OK || code == exit::INTERRUPTED => {}
+                    // One loop's failure never stops the others; `run` said why on stderr.
+                    Ok(code) => eprintln!(
+                        "loopflow daemon: the tick of loop {n} exited with {code}; carrying on"
+                    ),
                     Err(e) => {
-                        report(&e);
+                        eprintln!("loopflow daemon: could not tick loop {n}: {e}; carrying on")
                     }
                 }
                 attempts += 1;
