@@ -258,11 +258,7 @@ pub fn evaluate(config: &LoopConfig, state: &State, paths: &LoopPaths) -> GateRe
     let (wt_ok, wt_detail) = if !config.worktree {
         (true, "worktree disabled".to_string())
     } else {
-        let path = state
-            .worktree_path
-            .as_ref()
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| paths.worktree.clone());
+        let path = crate::worktree::dir(paths, state);
         if path.join(".git").exists() {
             (true, format!("worktree at {}", path.display()))
         } else {

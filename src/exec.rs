@@ -282,11 +282,7 @@ pub fn run_tick(
     };
     let gate = crate::brakes::evaluate(&loaded.config, &state, &paths);
     let cwd = if loaded.config.worktree {
-        state
-            .worktree_path
-            .as_ref()
-            .map(PathBuf::from)
-            .unwrap_or_else(|| paths.worktree.clone())
+        crate::worktree::dir(&paths, &state)
     } else {
         project.to_path_buf()
     };

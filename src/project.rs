@@ -213,7 +213,11 @@ fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateE
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok(paths.worktree.clone())
+    // Absolute, so a tick fired from another directory (cron runs in $HOME) finds it.
+    Ok(paths
+        .worktree
+        .canonicalize()
+        .unwrap_or_else(|_| paths.worktree.clone()))
 }
 
 #[cfg(test)]

@@ -7,7 +7,18 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::node::git;
-use crate::state::{LogArg, LoopPaths};
+use crate::state::{LogArg, LoopPaths, State};
+
+/// The loop's worktree directory: `worktree_path` from the state (a relative one, as
+/// older loopflow wrote when run with `--project .`, resolves against the project, never
+/// against the current directory), else `.loopflow/loops/<name>/worktree`.
+pub fn dir(paths: &LoopPaths, state: &State) -> PathBuf {
+    match &state.worktree_path {
+        Some(p) if Path::new(p).is_absolute() => PathBuf::from(p),
+        Some(p) => paths.project.join(p),
+        None => paths.worktree.clone(),
+    }
+}
 
 /// One worktree git knows about.
 #[derive(Debug, Clone)]

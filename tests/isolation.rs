@@ -495,3 +495,46 @@ fn git_commit_refuses_a_rename_out_of_the_radius() {
     );
     assert_eq!(commits(p.path(), "loopflow/g"), 2);
 }
+
+#[test]
+fn a_loop_created_with_a_relative_project_ticks_from_any_directory() {
+    // Schedulers start ticks elsewhere (cron in $HOME): the worktree must still be found.
+    let p = Project::git();
+    let o = Command::new(bin())
+        .args(["create", "--loop", "rel", "--task", "t"])
+        .current_dir(p.path())
+        .env_remove("LOOPFLOW_PROJECT")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stored = p.state("rel")["worktree_path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(Path::new(&stored).is_absolute(), "{stored}");
+    let gate_from_root = || {
+        let o = Command::new(bin())
+            .arg("--project")
+            .arg(p.path())
+            .args(["gate", "--loop", "rel", "--json"])
+            .current_dir("/")
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let wt = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "worktree")
+            .unwrap()
+            .clone();
+        assert_eq!(wt["ok"], true, "{v}");
+    };
+    gate_from_root();
+    // A state written by an older loopflow with a relative path resolves against the
+    // project, not the current directory.
+    let st = p.loop_dir("rel").join(".state.loop");
+    let text = std::fs::read_to_string(&st).unwrap();
+    std::fs::write(&st, text.replace(&stored, "./.loopflow/loops/rel/worktree")).unwrap();
+    gate_from_root();
+}

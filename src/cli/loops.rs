@@ -541,10 +541,7 @@ pub fn can_edit(project: &Path, a: CanEditArgs) -> i32 {
         Err(code) => return code,
     };
     let root = if cfg.worktree {
-        state
-            .worktree_path
-            .map(PathBuf::from)
-            .unwrap_or(paths.worktree.clone())
+        crate::worktree::dir(&paths, &state)
     } else {
         project.to_path_buf()
     };
