@@ -657,3 +657,147 @@ fn real_cron_fires_the_line() {
         p.events("l")
     );
 }
+
+/// The workflow's own `run:` steps, executed in order with bash (as GitHub does) in a
+/// fresh clone, twice: the first manual run starts the loop with its task and ticks; the
+/// second, with the state "restored from the cache", ticks again. `uses:` steps (checkout,
+/// cache) are done by the test; `Install loopflow` is replaced by this build on PATH.
+#[test]
+fn github_workflow_steps_tick_in_a_fresh_clone() {
+    if !have("python3") {
+        return;
+    }
+    let yaml_ok = Command::new("python3")
+        .args(["-c", "import yaml"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !yaml_ok {
+        assert!(
+            std::env::var("LOOPFLOW_REQUIRE_VALIDATORS").as_deref() != Ok("1"),
+            "PyYAML is required (it comes with kubernetes-validate)"
+        );
+        println!("NOTICE: PyYAML missing; skipping the workflow run");
+        return;
+    }
+    let p = project(3600);
+    use_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
+    let wf = print(&p, "github-actions");
+    // The agent lives outside the repository; the loop's config is committed.
+    let tools = tempfile::tempdir().unwrap();
+    let agent = tools.path().join("agent.sh");
+    std::fs::rename(p.join("agent.sh"), &agent).unwrap();
+    let cfg = p.read(".loopflow/loops/l/loop.toml").replace(
+        &p.join("agent.sh").display().to_string(),
+        &agent.display().to_string(),
+    );
+    p.write(".loopflow/loops/l/loop.toml", &cfg);
+    p.git_cmd(&["add", ".loopflow", "verdicts"]);
+    p.git_cmd(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-qm",
+        "loop config",
+    ]);
+    let status = p.git_cmd(&["status", "--porcelain"]);
+    assert!(!status.contains(".state"), "{status}");
+    let remote = tools.path().join("remote.git");
+    let o = Command::new("git")
+        .args(["clone", "-q", "--bare"])
+        .arg(p.path())
+        .arg(&remote)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    std::os::unix::fs::symlink(bin(), tools.path().join("loopflow")).unwrap();
+
+    let steps_json = python(
+        "import yaml,sys,json; w=yaml.safe_load(sys.stdin); print(json.dumps(w['jobs']['tick']['steps']))",
+        wf.as_bytes(),
+    )
+    .unwrap();
+    let steps: Vec<serde_json::Value> = serde_json::from_str(&steps_json).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let ws = work.path().join("repo");
+    let cache = tools.path().join("cache");
+    let run_workflow = |task: &str| {
+        let _ = std::fs::remove_dir_all(&ws);
+        let o = Command::new("git")
+            .args(["clone", "-q"])
+            .arg(&remote)
+            .arg(&ws)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        let dir = ws.join(".loopflow/loops/l");
+        for f in [".state.loop", ".state.log"] {
+            if cache.join(f).exists() {
+                std::fs::copy(cache.join(f), dir.join(f)).unwrap();
+            }
+        }
+        let rt = tempfile::tempdir().unwrap();
+        for step in &steps {
+            let Some(script) = step["run"].as_str() else {
+                continue; // `uses:` steps
+            };
+            let name = step["name"].as_str().unwrap_or("");
+            if name == "Install loopflow" {
+                continue;
+            }
+            match step["if"].as_str() {
+                Some(c) if c.starts_with("hashFiles(") => {
+                    if dir.join(".state.loop").exists() {
+                        continue;
+                    }
+                }
+                Some("inputs.approve") => continue,
+                Some(other) => panic!("unexpected condition {other}"),
+                None => {}
+            }
+            let o = Command::new("bash")
+                .args(["--noprofile", "--norc", "-eo", "pipefail", "-c", script])
+                .current_dir(&ws)
+                .env(
+                    "PATH",
+                    format!(
+                        "{}:{}",
+                        tools.path().display(),
+                        std::env::var("PATH").unwrap()
+                    ),
+                )
+                .env("GITHUB_WORKSPACE", &ws)
+                .env("RUNNER_TEMP", rt.path())
+                .env("TASK", task)
+                .env_remove("LOOPFLOW_PROJECT")
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "step {name:?} failed:\n{script}\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::fs::create_dir_all(&cache).unwrap();
+        for f in [".state.loop", ".state.log"] {
+            std::fs::copy(dir.join(f), cache.join(f)).unwrap();
+        }
+        let state: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(".state.loop")).unwrap())
+                .unwrap();
+        state
+    };
+    let s = run_workflow("the task from the manual run");
+    assert_eq!(s["iteration_count"], 1, "{s}");
+    assert_eq!(s["current_task"], "the task from the manual run");
+    let s = run_workflow("");
+    assert_eq!(s["iteration_count"], 2, "{s}");
+    let o = Command::new("git")
+        .args(["rev-parse", "--verify", "loopflow/l"])
+        .current_dir(&remote)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "the loop's branch was not pushed");
+}
