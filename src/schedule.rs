@@ -1059,8 +1059,23 @@ fn set_enabled(r: &Record, on: bool) -> Result<(), String> {
             Ok(())
         }
         Platform::Launchd => {
-            let verb = if on { "enable" } else { "disable" };
-            tool(&["launchctl", verb, &format!("gui/{}/{}", uid(), r.label)]).map(|_| ())
+            // `launchctl disable` only affects the next load: unload/load the job itself.
+            let domain = format!("gui/{}", uid());
+            if on {
+                let plist = r
+                    .files
+                    .first()
+                    .ok_or_else(|| "the record names no plist".to_string())?;
+                tool(&[
+                    "launchctl",
+                    "bootstrap",
+                    &domain,
+                    &plist.display().to_string(),
+                ])
+                .map(|_| ())
+            } else {
+                tool(&["launchctl", "bootout", &format!("{domain}/{}", r.label)]).map(|_| ())
+            }
         }
         Platform::Schtasks => {
             let flag = if on { "/ENABLE" } else { "/DISABLE" };
