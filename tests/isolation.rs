@@ -293,6 +293,11 @@ fn can_edit_resolves_dotdot_absolute_and_symlinks_and_deny_beats_allow() {
     refused(&["/etc/passwd"], "outside the loop's root");
     refused(&["src/etc/passwd"], "resolves to /etc/passwd");
     refused(&["src/passwd"], "resolves to /etc/passwd");
+    // `..` after a symlink climbs from the link's target, as the OS does.
+    refused(&["src/etc/../tmp/x"], "resolves to /tmp/x");
+    // Writing through a dangling symlink creates its target outside.
+    std::os::unix::fs::symlink("/nonexistent-dir/new", w.join("src/dangling")).unwrap();
+    refused(&["src/dangling"], "resolves to /nonexistent-dir/new");
     refused(&["README.md"], "matches no allow glob");
     refused(&["src/secret/key.rs"], "matches a deny glob");
     refused(
