@@ -191,18 +191,24 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
     // a tick ran long is skipped, not made up in a burst.
     let start = Instant::now();
     let mut due: BTreeMap<String, Instant> = BTreeMap::new();
-    let interval_of = |name: &str| -> Duration {
+    // The last interval each loop's config gave: a config that does not read (being
+    // edited, say) keeps it, and a loop never read yet retries after a minute.
+    let mut known: BTreeMap<String, Duration> = BTreeMap::new();
+    let mut interval_of = |name: &str| -> Duration {
         if let Some(s) = a.interval {
             return Duration::from_secs(s.max(1));
         }
         // Re-read every time: an edited interval applies from the next tick on.
         let paths = LoopPaths::new(project, name);
         let mut d = crate::diag::Diagnostics::default();
-        let secs = crate::config::LoopConfig::read(&paths.config(), project, &mut d)
-            .ok()
-            .flatten()
-            .map_or(3600, |c| c.interval_seconds);
-        Duration::from_secs(secs.max(1))
+        match crate::config::LoopConfig::read(&paths.config(), project, &mut d) {
+            Ok(Some(c)) => {
+                let iv = Duration::from_secs(c.interval_seconds.max(1));
+                known.insert(name.to_string(), iv);
+                iv
+            }
+            _ => known.get(name).copied().unwrap_or(Duration::from_secs(60)),
+        }
     };
     let next_slot = |iv: Duration, now: Instant| -> Instant {
         let k = now.saturating_duration_since(start).as_nanos() / iv.as_nanos().max(1) + 1;

@@ -151,6 +151,12 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
                             crate::state::LogArg::Kv("every", format!("{}s", r.interval_seconds)),
                         ],
                     );
+                    let exe = r.exe.display().to_string();
+                    if exe.contains("/target/debug/") || exe.contains("/target/release/") {
+                        println!(
+                            "note: the schedule runs {exe}, a cargo build output; `cargo clean` or a rebuild changes it. Install loopflow (cargo install --path .) and run install again from there"
+                        );
+                    }
                     println!(
                         "installed a {} schedule for loop {} (every {} s); undo with `loopflow schedule uninstall --loop {}`",
                         r.platform.name(),
