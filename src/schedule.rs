@@ -54,6 +54,9 @@ pub struct Target {
     pub loop_name: String,
     pub interval: u64,
     pub loop_dir: PathBuf,
+    /// The PATH at install time, given to the tick: cron's and systemd's own PATH are
+    /// minimal, and the agent (`opencode`, `claude`, …) usually lives elsewhere.
+    pub path_env: Option<String>,
 }
 
 impl Target {
@@ -177,8 +180,18 @@ pub fn systemd(t: &Target) -> Vec<File> {
          # oneshot: a tick still running is never started twice.\n\
          Type=oneshot\n\
          WorkingDirectory={wd}\n\
-         ExecStart={exec}\n\
+         {env}ExecStart={exec}\n\
          Nice=10\n",
+        env = t
+            .path_env
+            .as_ref()
+            .map(|p| format!(
+                "Environment=\"PATH={}\"\n",
+                p.replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('%', "%%")
+            ))
+            .unwrap_or_default(),
         name = t.loop_name,
         project = t.project.display().to_string().replace('%', "%%"),
         wd = t.project.display().to_string().replace('%', "%%"),
@@ -238,7 +251,7 @@ pub fn launchd(t: &Target) -> File {
 {args}  </array>
   <key>WorkingDirectory</key>
   <string>{wd}</string>
-  <key>StartInterval</key>
+{env}  <key>StartInterval</key>
   <integer>{interval}</integer>
   <key>RunAtLoad</key>
   <false/>
@@ -252,6 +265,14 @@ pub fn launchd(t: &Target) -> File {
 </plist>
 "#,
         wd = xml_escape(&t.project.display().to_string()),
+        env = t
+            .path_env
+            .as_ref()
+            .map(|p| format!(
+                "  <key>EnvironmentVariables</key>\n  <dict>\n    <key>PATH</key>\n    <string>{}</string>\n  </dict>\n",
+                xml_escape(p)
+            ))
+            .unwrap_or_default(),
         interval = t.interval,
         log = xml_escape(&log.display().to_string()),
     );
@@ -309,15 +330,23 @@ fn sh_quote(a: &str) -> String {
 /// running makes the next one exit at once instead of piling up.
 pub fn cron_line(t: &Target) -> String {
     let (expr, _) = cron_expr(t.interval);
-    let flock = which("flock").unwrap_or_else(|| PathBuf::from("flock"));
     let lock = t.loop_dir.join(".schedule.lock");
     let argv: Vec<String> = t.argv().iter().map(|a| sh_quote(a)).collect();
-    format!(
-        "{expr} {} -n {} {} >/dev/null",
-        sh_quote(&flock.display().to_string()),
-        sh_quote(&lock.display().to_string()),
-        argv.join(" ")
-    )
+    let env = t
+        .path_env
+        .as_ref()
+        .map(|p| format!("PATH={} ", sh_quote(p)))
+        .unwrap_or_default();
+    match which("flock") {
+        Some(flock) => format!(
+            "{expr} {env}{} -n {} {} >/dev/null",
+            sh_quote(&flock.display().to_string()),
+            sh_quote(&lock.display().to_string()),
+            argv.join(" ")
+        ),
+        // No flock (macOS): loopflow's own lock still keeps ticks apart (SKIP reason=locked).
+        None => format!("{expr} {env}{} >/dev/null", argv.join(" ")),
+    }
 }
 
 pub fn cron(t: &Target) -> File {
@@ -330,6 +359,9 @@ pub fn cron(t: &Target) -> File {
     );
     if let Some(n) = note {
         text.push_str(&format!("# note: {n}\n"));
+    }
+    if which("flock").is_none() {
+        text.push_str("# note: flock is not installed; an overlapping tick logs SKIP reason=locked and exits\n");
     }
     text.push_str(&cron_line(t));
     text.push('\n');

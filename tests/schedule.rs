@@ -114,6 +114,8 @@ fn systemd_units_pass_systemd_analyze() {
     );
     assert!(service.contains(&exec), "{service}");
     assert!(service.contains("Type=oneshot"), "{service}");
+    // The tick gets the installer's PATH, so the agent is found as in their shell.
+    assert!(service.contains("\nEnvironment=\"PATH=/"), "{service}");
     assert!(timer.contains("OnUnitActiveSec=900s"), "{timer}");
     assert!(timer.contains("WantedBy=timers.target"), "{timer}");
     if !have("systemd-analyze") {
@@ -261,6 +263,12 @@ fn launchd_plist_parses_with_plistlib() {
     };
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["StartInterval"], 1800);
+    assert!(
+        v["EnvironmentVariables"]["PATH"]
+            .as_str()
+            .unwrap()
+            .contains('/')
+    );
     assert_eq!(v["ProgramArguments"][0], exe());
     assert_eq!(v["ProgramArguments"][1], "run");
     assert_eq!(v["ProgramArguments"][3], "l");
@@ -799,4 +807,46 @@ fn github_workflow_steps_tick_in_a_fresh_clone() {
         .output()
         .unwrap();
     assert!(o.status.success(), "the loop's branch was not pushed");
+}
+
+/// The crontab line's command, run the way cron does (`%` unescaped, then `/bin/sh -c`),
+/// for a project whose path has a space, a quote, `%` and `$`: the tick reaches the
+/// right loop with every argument intact.
+#[test]
+fn cron_line_quoting_survives_a_hostile_project_path() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("it's 100% a $HOME dir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let lf = |args: &[&str]| {
+        let o = Command::new(bin())
+            .arg("--project")
+            .arg(&dir)
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    lf(&["create", "--loop", "q", "--no-worktree"]);
+    let text = lf(&["schedule", "print", "--loop", "q", "--platform", "cron"]);
+    let line = text.lines().find(|l| !l.starts_with('#')).unwrap();
+    let command: String = line.splitn(6, ' ').nth(5).unwrap().replace("\\%", "%");
+    let o = Command::new("/bin/sh")
+        .args(["-c", &command])
+        .current_dir(base.path())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // No task: the tick skips, and says so in that loop's own log.
+    let log = std::fs::read_to_string(dir.join(".loopflow/loops/q/.state.log")).unwrap();
+    assert!(log.contains("SKIP reason=no_current_task"), "{log}");
 }

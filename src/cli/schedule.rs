@@ -115,6 +115,7 @@ fn target(project: &Path, name: &str) -> Result<(LoopPaths, Target), i32> {
         loop_name: name.to_string(),
         interval: cfg.interval_seconds,
         loop_dir: paths.dir.clone(),
+        path_env: std::env::var("PATH").ok().filter(|p| !p.is_empty()),
     };
     Ok((paths, t))
 }
