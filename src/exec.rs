@@ -684,12 +684,27 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
                     ],
                 )?;
             }
+            End::Halt(reason, detail) if summary.outcome == Outcome::Halt => {
+                // The commit already halted the loop (goal met): that halt stands, and
+                // this one is recorded beside it.
+                let mut args = vec![
+                    LogArg::Kv("reason", reason.clone()),
+                    LogArg::Kv(
+                        "msg",
+                        "halt after commit; the loop was already halted".into(),
+                    ),
+                ];
+                if let Some(d) = detail {
+                    args.push(LogArg::Kv("detail", d.clone()));
+                }
+                paths.log("WARN", &args)?;
+            }
             End::Halt(reason, detail) => {
                 // A halt after the commit (git-commit refusing a path outside the blast
                 // radius) still halts the loop; the iteration it spent stands.
                 halt(paths, reason, detail.as_deref())?;
                 summary.outcome = Outcome::Halt;
-                summary.reason.get_or_insert_with(|| reason.clone());
+                summary.reason = Some(reason.clone());
             }
             End::Done | End::Skip(_) => {}
         }

@@ -410,6 +410,8 @@ fn assert_refused(implement: &str, named: &str) {
     );
     let s = p.state("g");
     assert_eq!(s["halt"]["reason"], "human_intervention:blast_radius");
+    // git-commit runs after `commit`: the iteration was spent, the change is held back.
+    assert_eq!(s["iteration_count"], 1);
     let detail = s["halt"]["detail"].as_str().unwrap();
     assert!(detail.contains(named), "{detail}");
     assert!(
