@@ -327,3 +327,22 @@ fn max_iterations_zero_exits_at_once_and_bad_names_are_usage_errors() {
     assert_eq!(p.lf(&["daemon", "--loop", "../z"]).code, 2);
     assert_eq!(p.lf(&["daemon"]).code, 2);
 }
+
+#[test]
+fn daemon_all_picks_up_a_loop_created_while_it_runs() {
+    let p = Project::new();
+    daemon_loop(&p, "first", "true", 1);
+    let d = spawn_daemon(&p, &["--all", "--max-iterations", "200"]);
+    wait_for("the first loop to tick", || {
+        !tick_iters(&p, "first").is_empty()
+    });
+    daemon_loop(&p, "second", "true", 1);
+    wait_for("the new loop to tick", || {
+        !tick_iters(&p, "second").is_empty()
+    });
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+    finish(d);
+    assert_consistent(&p, "first");
+    assert_consistent(&p, "second");
+}

@@ -219,6 +219,10 @@ fn worktree_gc_prunes_deleted_and_idle_loops_but_never_uncommitted_work() {
     let r = p.lf(&["run", "--loop", "idle", "--json"]);
     assert_eq!(r.json()["reason"], "worktree_missing", "{r:?}");
 
+    let r = p.lf(&["worktree", "gc", "--max-age", "two weeks"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("use e.g. 14d"), "{r:?}");
+
     let r = p.lf(&["worktree", "gc", "--force"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!wt(&p, "dirty").exists(), "{r:?}");
