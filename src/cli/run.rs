@@ -133,13 +133,12 @@ pub fn run(project: &Path, a: RunArgs) -> i32 {
 /// of leaving its agent running unlocked beside the next tick. SIGINT/SIGTERM to the
 /// daemon are passed on as SIGTERM, which the tick handles as an interruption.
 fn tick_child(
+    exe: &Path,
     project: &Path,
     name: &str,
     a: &DaemonArgs,
     cancel: &AtomicBool,
 ) -> Result<i32, String> {
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the loopflow binary: {e}"))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("--project").arg(project).arg("run");
     if let Some(p) = &a.pipeline {
@@ -185,6 +184,15 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
         None => Vec::new(),
     };
     let max_concurrent = a.max_concurrent.max(1);
+    // Taken once, while it surely exists: after an upgrade replaces the file, the path
+    // names the new binary (Linux's /proc/self/exe would say "… (deleted)").
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: cannot find the path of the running loopflow binary: {e}");
+            return exit::STATE;
+        }
+    };
     let mut attempts = 0u64;
     // Due times sit on a grid of each loop's interval measured from the daemon's start,
     // so loops sharing an interval wake together and nothing drifts; a slot missed while
@@ -260,8 +268,8 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
                 let handles: Vec<_> = batch
                     .iter()
                     .map(|n| {
-                        let (a, cancel) = (&a, &cancel);
-                        s.spawn(move || (n.clone(), tick_child(project, n, a, cancel)))
+                        let (a, cancel, exe) = (&a, &cancel, &exe);
+                        s.spawn(move || (n.clone(), tick_child(exe, project, n, a, cancel)))
                     })
                     .collect();
                 handles
