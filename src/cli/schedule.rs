@@ -33,6 +33,7 @@ pub enum ScheduleAction {
 
 #[derive(Args, Debug)]
 pub struct ScheduleTarget {
+    /// The loop whose ticks the schedule fires.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
     /// The scheduler; `auto` picks this machine's native one.
@@ -42,6 +43,7 @@ pub struct ScheduleTarget {
 
 #[derive(Args, Debug)]
 pub struct ScheduleLoop {
+    /// The loop whose schedule to remove.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
 }
