@@ -43,35 +43,47 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// Resolves symlinks in the longest existing prefix, then `..` in the rest.
+/// Resolves a path the way the OS would when writing to it: component by component,
+/// following every symlink where it stands (so `link/..` is the parent of the link's
+/// *target*, not lexically the directory holding the link), including a dangling symlink
+/// (writing through it creates its target). Parts that do not exist are taken lexically.
 pub fn resolve(path: &Path) -> PathBuf {
     let abs = if path.is_absolute() {
         path.to_path_buf()
     } else {
         std::env::current_dir().unwrap_or_default().join(path)
     };
-    let abs = normalize(&abs);
-    let mut existing = abs.clone();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(c) = existing.canonicalize() {
-            let mut out = c;
-            for r in rest.iter().rev() {
-                out.push(r);
+    resolve_in(&abs, 0)
+}
+
+/// Symlink hops before giving up (the kernel's limit is 40).
+const MAX_HOPS: usize = 40;
+
+fn resolve_in(abs: &Path, hops: usize) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            Component::Prefix(_) | Component::RootDir => out.push(c.as_os_str()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
             }
-            return normalize(&out);
-        }
-        match (
-            existing.file_name().map(|f| f.to_os_string()),
-            existing.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                existing = parent.to_path_buf();
+            Component::Normal(name) => {
+                out.push(name);
+                if let Ok(real) = out.canonicalize() {
+                    out = real;
+                } else if hops < MAX_HOPS
+                    && std::fs::symlink_metadata(&out).is_ok_and(|m| m.file_type().is_symlink())
+                    && let Ok(target) = std::fs::read_link(&out)
+                {
+                    // A dangling symlink: where it points is where a write lands.
+                    let parent = out.parent().map(Path::to_path_buf).unwrap_or_default();
+                    out = resolve_in(&parent.join(target), hops + 1);
+                }
             }
-            _ => return abs,
         }
     }
+    normalize(&out)
 }
 
 impl Radius {
@@ -84,13 +96,17 @@ impl Radius {
             allow.add(glob(&g.value).map_err(|e| e.to_string())?);
         }
         let mut deny = GlobSetBuilder::new();
-        for g in config
-            .deny
-            .iter()
-            .map(|s| s.value.as_str())
-            .chain(ALWAYS_DENIED.iter().copied())
-        {
-            deny.add(glob(g).map_err(|e| e.to_string())?);
+        for g in &config.deny {
+            deny.add(glob(&g.value).map_err(|e| e.to_string())?);
+        }
+        // Case-insensitive: on macOS and Windows `.GIT/config` *is* `.git/config`.
+        for g in ALWAYS_DENIED {
+            let always = GlobBuilder::new(g)
+                .literal_separator(true)
+                .case_insensitive(true)
+                .build()
+                .map_err(|e| e.to_string())?;
+            deny.add(always);
         }
         Ok(Radius {
             root,
@@ -128,5 +144,50 @@ impl Radius {
             return Err(format!("`{rel_s}` matches no allow glob"));
         }
         Ok(rel)
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn dotdot_after_a_symlink_leaves_from_the_target() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        symlink("/etc", root.join("src/etc")).unwrap();
+        // Lexically `src/tmp/x`; for the OS `/etc/../tmp/x` = `/tmp/x`.
+        assert_eq!(
+            resolve(&root.join("src/etc/../tmp/x")),
+            PathBuf::from("/tmp/x")
+        );
+        // A directory that does not exist yet, then `..`, then the symlink.
+        assert_eq!(
+            resolve(&root.join("src/new/../etc/passwd")),
+            PathBuf::from("/etc/passwd")
+        );
+        assert_eq!(resolve(&root.join("src/a/../b.rs")), root.join("src/b.rs"));
+    }
+
+    #[test]
+    fn a_dangling_symlink_resolves_to_where_a_write_would_land() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        symlink("/nonexistent-dir/new-file", root.join("d")).unwrap();
+        assert_eq!(
+            resolve(&root.join("d")),
+            PathBuf::from("/nonexistent-dir/new-file")
+        );
+        symlink("../outside", root.join("rel")).unwrap();
+        assert_eq!(
+            resolve(&root.join("rel")),
+            root.parent().unwrap().join("outside")
+        );
+        // A loop of links ends instead of spinning.
+        symlink("b", root.join("a")).unwrap();
+        symlink("a", root.join("b")).unwrap();
+        let _ = resolve(&root.join("a"));
     }
 }

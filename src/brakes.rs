@@ -474,7 +474,7 @@ pub fn evaluate(config: &LoopConfig, state: &State, paths: &LoopPaths) -> GateRe
     let (wt_ok, wt_detail) = if !config.worktree {
         (true, "worktree disabled".to_string())
     } else {
-        let path = paths.worktree_dir(state);
+        let path = crate::worktree::dir(paths, state);
         if path.join(".git").exists() {
             (true, format!("worktree at {}", path.display()))
         } else {

@@ -340,7 +340,7 @@ pub fn run_tick(
     crate::brakes::begin_tick(opts.dry_run); // a dry run spawns nothing, audits included
     let gate = crate::brakes::evaluate(&loaded.config, &state, &paths);
     let cwd = if loaded.config.worktree {
-        paths.worktree_dir(&state)
+        crate::worktree::dir(&paths, &state)
     } else {
         project.to_path_buf()
     };
@@ -756,26 +756,39 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
             summary.outcome = Outcome::Halt;
             summary.reason = Some(h);
         }
-        match end {
-            // Nodes after the commit failed: logged, but the iteration stands.
+        match &end {
             End::Abort { node, reason } => {
+                // Nodes after the commit failed: logged, but the iteration stands.
                 paths.log(
                     "WARN",
                     &[
-                        LogArg::Kv("node", node),
-                        LogArg::Kv("reason", reason),
+                        LogArg::Kv("node", node.clone()),
+                        LogArg::Kv("reason", reason.clone()),
                         LogArg::Kv("msg", "failed after commit".into()),
                     ],
                 )?;
             }
-            // A halt after the commit (a blast-radius violation in a `git-commit` that
-            // follows it, an `on_failure = "halt"` node) still halts the loop.
-            End::Halt(reason, detail) => {
-                halt(paths, &reason, detail.as_deref())?;
-                if summary.outcome != Outcome::Halt {
-                    summary.outcome = Outcome::Halt;
-                    summary.reason = Some(reason);
+            End::Halt(reason, detail) if summary.outcome == Outcome::Halt => {
+                // The commit already halted the loop (goal met): that halt stands, and
+                // this one is recorded beside it.
+                let mut args = vec![
+                    LogArg::Kv("reason", reason.clone()),
+                    LogArg::Kv(
+                        "msg",
+                        "halt after commit; the loop was already halted".into(),
+                    ),
+                ];
+                if let Some(d) = detail {
+                    args.push(LogArg::Kv("detail", d.clone()));
                 }
+                paths.log("WARN", &args)?;
+            }
+            End::Halt(reason, detail) => {
+                // A halt after the commit (git-commit refusing a path outside the blast
+                // radius) still halts the loop; the iteration it spent stands.
+                halt(paths, reason, detail.as_deref())?;
+                summary.outcome = Outcome::Halt;
+                summary.reason = Some(reason.clone());
             }
             End::Done | End::Skip(_) => {}
         }
@@ -871,6 +884,7 @@ pub fn halt(paths: &LoopPaths, reason: &str, detail: Option<&str>) -> Result<(),
             args.push(LogArg::Kv("detail", d.to_string()));
         }
         paths.log("HALT", &args)?;
+        crate::schedule::disable_best_effort(paths);
     }
     Ok(())
 }

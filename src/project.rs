@@ -207,7 +207,7 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     let ignore = paths.dir.join(".gitignore");
     std::fs::write(
         &ignore,
-        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\ncache/\n",
+        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\ncache/\n.schedule.json\n.schedule.lock\n.schedule.log\n",
     )
     .map_err(io(&ignore))?;
     let task = o
@@ -275,7 +275,7 @@ fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateE
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    // Absolute, so a scheduler running from another directory finds it.
+    // Absolute, so a tick fired from another directory (cron runs in $HOME) finds it.
     Ok(paths
         .worktree
         .canonicalize()

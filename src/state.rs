@@ -159,17 +159,6 @@ impl LoopPaths {
         }
     }
 
-    /// The loop's worktree. `create` always puts it at `<loop dir>/worktree`; the path it
-    /// records is used when absolute, but a relative one (recorded by a `create` run with
-    /// a relative `--project`, such as the default `.`) names that same place relative to
-    /// a working directory that is long gone, so the default location is used instead.
-    pub fn worktree_dir(&self, state: &State) -> PathBuf {
-        match &state.worktree_path {
-            Some(p) if Path::new(p).is_absolute() => PathBuf::from(p),
-            _ => self.worktree.clone(),
-        }
-    }
-
     /// `loop.toml`, or a predecessor-style `loop.json` when only that exists.
     pub fn config(&self) -> PathBuf {
         let toml = self.dir.join("loop.toml");

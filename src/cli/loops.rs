@@ -441,6 +441,7 @@ pub fn halt(project: &Path, a: HaltArgs) -> i32 {
     if let Err(e) = r.and_then(|_| paths.log("HALT", &[LogArg::Word(&reason)])) {
         return report(&RunError::State(e));
     }
+    crate::schedule::disable_best_effort(&paths);
     println!("halted loop {}: {reason}", a.loop_name);
     exit::OK
 }
@@ -512,6 +513,7 @@ pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
     if let Err(e) = paths.log("APPROVE", &args) {
         return report(&RunError::State(e));
     }
+    crate::schedule::enable_best_effort(&paths);
     println!(
         "approved loop {}{}{}",
         a.loop_name,
@@ -574,7 +576,7 @@ pub fn can_edit(project: &Path, a: CanEditArgs) -> i32 {
         Err(code) => return code,
     };
     let root = if cfg.worktree {
-        paths.worktree_dir(&state)
+        crate::worktree::dir(&paths, &state)
     } else {
         project.to_path_buf()
     };

@@ -11,6 +11,7 @@ mod drift;
 mod init;
 mod loops;
 mod run;
+mod schedule;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -67,6 +68,10 @@ pub enum Command {
     CanEdit(loops::CanEditArgs),
     /// Print the JSON Schema of a file format.
     Schema(check::SchemaArgs),
+    /// Install, remove or print a loop's native schedule (systemd, launchd, cron, …).
+    Schedule(schedule::ScheduleArgs),
+    /// Manage loop worktrees (`gc` prunes stale ones).
+    Worktree(schedule::WorktreeArgs),
     /// Run a real loop with a built-in fake agent in a throw-away project.
     Demo(crate::demo::DemoArgs),
     /// Set a project up: .loopflow/, a first loop from a template, .gitignore lines.
@@ -138,6 +143,8 @@ pub fn main() -> i32 {
         Command::Transition(a) => loops::transition(&project, a),
         Command::CanEdit(a) => loops::can_edit(&project, a),
         Command::Schema(a) => check::schema(a),
+        Command::Schedule(a) => schedule::schedule(&project, a),
+        Command::Worktree(a) => schedule::worktree(&project, a),
         Command::Demo(a) => crate::demo::demo(a),
         Command::FakeAgent(a) => crate::demo::fake_agent(a),
         Command::Init(a) => init::init(&project, a),

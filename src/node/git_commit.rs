@@ -119,6 +119,9 @@ impl NodeSpec for GitCommitNode {
             // A symlink is checked where it points, not where it sits.
             if let Err(why) = radius.check(&full) {
                 refused.push(format!("{p}: {why}"));
+            } else if full.join(".git").exists() {
+                // `git add` would record a nested repository as a gitlink: not a file edit.
+                refused.push(format!("{p}: is a nested git repository"));
             } else if std::fs::symlink_metadata(&full).is_ok_and(|m| m.file_type().is_symlink())
                 && let Ok(target) = std::fs::read_link(&full)
             {

@@ -1,0 +1,272 @@
+//! `loopflow worktree gc`: prunes the worktrees and `loopflow/*` branches of loops that
+//! were deleted or have been idle longer than a maximum age. A worktree with uncommitted
+//! changes is never removed without `--force`, and a branch with commits that are not
+//! merged into the main checkout's HEAD is kept (git's own `branch -d` rule) unless forced.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::node::git;
+use crate::state::{LogArg, LoopPaths, State};
+
+/// The loop's worktree directory: `worktree_path` from the state (a relative one, as
+/// older loopflow wrote when run with `--project .`, resolves against the project, never
+/// against the current directory), else `.loopflow/loops/<name>/worktree`.
+pub fn dir(paths: &LoopPaths, state: &State) -> PathBuf {
+    match &state.worktree_path {
+        Some(p) if Path::new(p).is_absolute() => PathBuf::from(p),
+        Some(p) => paths.project.join(p),
+        None => paths.worktree.clone(),
+    }
+}
+
+/// One worktree git knows about.
+#[derive(Debug, Clone)]
+pub struct Worktree {
+    pub path: PathBuf,
+    pub branch: Option<String>,
+}
+
+/// `git worktree list --porcelain`.
+pub fn list(project: &Path) -> Result<Vec<Worktree>, String> {
+    let out = git(project, &["worktree", "list", "--porcelain", "-z"])?;
+    if !out.status.success() {
+        return Err(format!(
+            "git worktree list in {}: {}",
+            project.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let mut all = Vec::new();
+    let mut cur: Option<Worktree> = None;
+    for field in out.stdout.split(|b| *b == 0) {
+        let f = String::from_utf8_lossy(field);
+        if let Some(p) = f.strip_prefix("worktree ") {
+            if let Some(w) = cur.take() {
+                all.push(w);
+            }
+            cur = Some(Worktree {
+                path: PathBuf::from(p),
+                branch: None,
+            });
+        } else if let Some(b) = f.strip_prefix("branch ")
+            && let Some(w) = cur.as_mut()
+        {
+            w.branch = Some(b.trim_start_matches("refs/heads/").to_string());
+        }
+    }
+    all.extend(cur);
+    Ok(all)
+}
+
+/// Branches named `loopflow/*`.
+fn loop_branches(project: &Path) -> Result<Vec<String>, String> {
+    let out = git(
+        project,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/loopflow/",
+        ],
+    )?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Why a loop's worktree may go, or `None` when it stays.
+fn stale(project: &Path, name: &str, max_age: Duration) -> Option<String> {
+    let paths = LoopPaths::new(project, name);
+    if !paths.state.exists() {
+        return Some("loop deleted".into());
+    }
+    let state = paths.load().ok()?;
+    if paths.tick_running().unwrap_or(true) {
+        return None;
+    }
+    let last = state
+        .last_tick_at
+        .as_deref()
+        .or(state.created_at.as_deref())?;
+    let at: jiff::Timestamp = last.parse().ok()?;
+    let idle = jiff::Timestamp::now().duration_since(at);
+    let idle = Duration::try_from(idle).ok()?;
+    (idle >= max_age).then(|| format!("idle {}d", idle.as_secs() / 86400))
+}
+
+fn dirty(wt: &Path) -> Result<bool, String> {
+    let out = git(wt, &["status", "--porcelain", "--untracked-files=all"])?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    Ok(!out.stdout.is_empty())
+}
+
+pub struct GcOptions {
+    pub max_age: Duration,
+    pub force: bool,
+    pub dry_run: bool,
+}
+
+/// What gc did, one line each, and whether anything was kept back.
+pub struct GcReport {
+    pub lines: Vec<String>,
+    pub kept: usize,
+}
+
+/// Prunes stale loop worktrees and branches.
+pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, String> {
+    let mut lines = Vec::new();
+    let mut kept = 0;
+    let verb = |s: &str| {
+        if o.dry_run {
+            format!("would {s}")
+        } else {
+            s.to_string()
+        }
+    };
+    // Records of worktrees whose directory is gone go first.
+    if !o.dry_run {
+        let _ = git(project, &["worktree", "prune"]);
+    }
+    let worktrees = list(project)?;
+    let mut handled = Vec::new();
+    for w in &worktrees {
+        let Some(name) = w
+            .branch
+            .as_deref()
+            .and_then(|b| b.strip_prefix("loopflow/"))
+        else {
+            continue;
+        };
+        let Some(why) = stale(project, name, o.max_age) else {
+            continue;
+        };
+        handled.push(name.to_string());
+        if w.path.exists() && dirty(&w.path)? && !o.force {
+            kept += 1;
+            lines.push(format!(
+                "kept worktree {} (loop {name}, {why}): it has uncommitted changes; commit them or pass --force",
+                w.path.display()
+            ));
+            continue;
+        }
+        lines.push(format!(
+            "{} worktree {} (loop {name}, {why})",
+            verb("remove"),
+            w.path.display()
+        ));
+        if !o.dry_run {
+            let p = w.path.display().to_string();
+            let mut args = vec!["worktree", "remove"];
+            if o.force {
+                args.extend(["--force", "--force"]);
+            }
+            args.push(&p);
+            let out = git(project, &args)?;
+            if !out.status.success() {
+                return Err(format!(
+                    "git worktree remove {p}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+            let paths = LoopPaths::new(project, name);
+            if paths.dir.is_dir() {
+                let _ = paths.log(
+                    "WORKTREE",
+                    &[
+                        LogArg::Kv("removed", p.clone()),
+                        LogArg::Kv("reason", why.clone()),
+                    ],
+                );
+            }
+        }
+        delete_branch(project, name, o, &mut lines, &mut kept)?;
+    }
+    // Branches of deleted or idle loops that have no worktree (any more).
+    for b in loop_branches(project)? {
+        let name = b.trim_start_matches("loopflow/");
+        if handled.iter().any(|h| h == name)
+            || worktrees
+                .iter()
+                .any(|w| w.branch.as_deref() == Some(b.as_str()))
+        {
+            continue;
+        }
+        if stale(project, name, o.max_age).is_none() {
+            continue;
+        }
+        delete_branch(project, name, o, &mut lines, &mut kept)?;
+    }
+    if lines.is_empty() {
+        lines.push(format!(
+            "nothing to prune (no deleted loop, none idle longer than {}d)",
+            o.max_age.as_secs() / 86400
+        ));
+    }
+    Ok(GcReport { lines, kept })
+}
+
+fn delete_branch(
+    project: &Path,
+    name: &str,
+    o: &GcOptions,
+    lines: &mut Vec<String>,
+    kept: &mut usize,
+) -> Result<(), String> {
+    let branch = format!("loopflow/{name}");
+    if o.dry_run {
+        lines.push(format!(
+            "would delete branch {branch} (if merged, or with --force)"
+        ));
+        return Ok(());
+    }
+    let flag = if o.force { "-D" } else { "-d" };
+    let out = git(project, &["branch", flag, &branch])?;
+    if out.status.success() {
+        lines.push(format!("deleted branch {branch}"));
+    } else {
+        *kept += 1;
+        lines.push(format!(
+            "kept branch {branch}: {} (merge it, or pass --force to delete it)",
+            String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .lines()
+                .next()
+                .unwrap_or("git refused")
+        ));
+    }
+    Ok(())
+}
+
+/// Parses `14d`, `12h`, `30m`, `90s` or plain seconds.
+pub fn parse_age(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'd')) => (&s[..i], 86400),
+        Some((i, 'h')) => (&s[..i], 3600),
+        Some((i, 'm')) => (&s[..i], 60),
+        Some((i, 's')) => (&s[..i], 1),
+        _ => (s, 1),
+    };
+    num.parse::<u64>()
+        .map(|n| Duration::from_secs(n * mult))
+        .map_err(|_| format!("invalid age `{s}`: use e.g. 14d, 12h, 30m or 90s"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages() {
+        assert_eq!(parse_age("14d").unwrap(), Duration::from_secs(14 * 86400));
+        assert_eq!(parse_age("0s").unwrap(), Duration::ZERO);
+        assert_eq!(parse_age("90").unwrap(), Duration::from_secs(90));
+        assert!(parse_age("x").is_err());
+    }
+}
