@@ -48,6 +48,8 @@ pub struct Brakes {
 #[derive(Debug, Clone)]
 pub struct Role {
     pub name: String,
+    /// The span of `<name>` in its `[roles.<name>]` header, for diagnostics.
+    pub name_span: std::ops::Range<usize>,
     pub prompt: Option<(PathBuf, Str)>,
     pub command: Option<Vec<Tmpl>>,
     pub model: Option<String>,
@@ -236,6 +238,7 @@ impl LoopConfig {
                 roles.insert(
                     name.value.clone(),
                     Role {
+                        name_span: name.span.clone(),
                         name: name.value,
                         prompt,
                         command,
@@ -316,24 +319,52 @@ impl LoopConfig {
                 continue;
             };
             let Some(cfg) = self.roles.get(&role.value) else {
-                let span = self.roles_span.clone().unwrap_or(0..0);
                 let known: Vec<&str> = self.roles.keys().map(String::as_str).collect();
+                let near = suggest(&role.value, known.iter().copied()).or_else(|| {
+                    // `verify` vs `verifier`: a long shared prefix is a near miss too.
+                    let shared = |k: &str| {
+                        k.chars()
+                            .zip(role.value.chars())
+                            .take_while(|(a, b)| a == b)
+                            .count()
+                    };
+                    known
+                        .iter()
+                        .copied()
+                        .find(|k| shared(k) >= 4 && 2 * shared(k) >= role.value.len())
+                });
+                // Point at the near-miss table when there is one, else at `[roles]`.
+                let (span, label) = match near.and_then(|n| self.roles.get(n)) {
+                    Some(r) => (
+                        r.name_span.clone(),
+                        format!("`{}` is configured, not `{}`", r.name, role.value),
+                    ),
+                    None => match &self.roles_span {
+                        Some(s) => (
+                            s.clone(),
+                            format!("no `[roles.{}]` among these", role.value),
+                        ),
+                        None => (
+                            0..self.source.text.find('\n').unwrap_or(0),
+                            "this file has no `[roles.<name>]` tables".to_string(),
+                        ),
+                    },
+                };
                 let mut d = Diagnostic::error(
                     Code::MissingRole,
                     &self.source,
                     span,
                     format!(
-                        "role `{}` (node `{}` in {}) has no `[roles.{}]` table",
-                        role.value, node.id.value, pipeline.source.name, role.value
+                        "role `{}` has no `[roles.{}]` table, but node `{}` of {} runs it",
+                        role.value, role.value, node.id.value, pipeline.source.name
                     ),
                 )
-                .label(if self.roles_span.is_some() {
-                    "no such role here"
-                } else {
-                    "this file has no [roles]"
-                });
-                d = match suggest(&role.value, known.iter().copied()) {
-                    Some(s) => d.help(format!("did you mean to name the table `[roles.{}]`? It is `[roles.{s}]`", role.value)),
+                .label(label);
+                d = match near {
+                    Some(s) => d.help(format!(
+                        "rename `[roles.{s}]` to `[roles.{}]`, or change the node's `role`",
+                        role.value
+                    )),
                     None => d.help(format!(
                         "add `[roles.{}]` with `prompt = \"prompts/loop-{}.md\"`; roles configured: {}",
                         role.value,
@@ -355,10 +386,13 @@ impl LoopConfig {
                     Diagnostic::error(
                         Code::MissingKey,
                         &self.source,
-                        self.roles_span.clone().unwrap_or(0..0),
+                        cfg.name_span.clone(),
                         format!("`[roles.{}]` has no `prompt`", role.value),
                     )
-                    .label("this role needs a prompt")
+                    .label(format!(
+                        "node `{}` runs this role, which needs a prompt",
+                        node.id.value
+                    ))
                     .help(format!(
                         "add `prompt = \"prompts/loop-{}.md\"` to `[roles.{}]`",
                         role.value, role.value
@@ -406,30 +440,41 @@ impl LoopConfig {
             .iter()
             .filter_map(|n| n.spec.role().map(|r| r.value.as_str()))
             .collect();
+        // Roles sharing one command (usually `[harness] command`) get one report.
+        let mut reported: Vec<*const Tmpl> = Vec::new();
         for role in ["implement", "verify"] {
             if !roles_used.contains(&role) {
                 continue;
             }
             let cmd = self.command_for(role);
-            if cmd.iter().any(|t| t.text.contains("model")) {
+            if cmd.iter().any(|t| t.text.contains("model")) || reported.contains(&cmd.as_ptr()) {
                 continue;
             }
-            let span = cmd
-                .first()
-                .map(|t| t.whole_span())
-                .filter(|s| *s != (0..0))
-                .or_else(|| self.roles_span.clone())
-                .unwrap_or(0..0);
+            reported.push(cmd.as_ptr());
+            let shared = ["implement", "verify"]
+                .iter()
+                .all(|r| std::ptr::eq(self.command_for(r).as_ptr(), cmd.as_ptr()));
+            let whose = if shared {
+                "the command both roles run".to_string()
+            } else {
+                format!("the `{role}` command")
+            };
+            let span = match (cmd.first(), cmd.last()) {
+                (Some(a), Some(b)) if a.whole_span() != (0..0) => {
+                    a.whole_span().start..b.whole_span().end
+                }
+                _ => self.roles.get(role).map_or(0..0, |r| r.name_span.clone()),
+            };
             diags.push(
                 Diagnostic::error(
                     Code::ModelNotPassed,
                     &self.source,
                     span,
                     format!(
-                        "implement uses model `{mi}` and verify `{mv}`, but the `{role}` command never passes `{{{{model}}}}`"
+                        "implement uses model `{mi}` and verify `{mv}`, but {whose} never passes `{{{{model}}}}`"
                     ),
                 )
-                .label("this command runs the agent's default model")
+                .label("this command runs the agent's default model for every role")
                 .help("add the agent's model flag with `{{model}}`, e.g. `\"--model\", \"{{model}}\"`, so verification is really done by a different model"),
             );
         }

@@ -204,13 +204,12 @@ pub struct Diagnostics {
 
 impl Diagnostics {
     pub fn push(&mut self, d: Diagnostic) {
-        // Identical reports (the same template checked for two nodes) are shown once.
-        let dup = self.items.iter().any(|o| {
-            o.code == d.code
-                && o.span == d.span
-                && o.message == d.message
-                && Arc::ptr_eq(&o.source, &d.source)
-        });
+        // One report per problem at the same characters: a template shared by several
+        // nodes (`[harness] command`) is reported for the first node it fails at.
+        let dup = self
+            .items
+            .iter()
+            .any(|o| o.code == d.code && o.span == d.span && Arc::ptr_eq(&o.source, &d.source));
         if !dup {
             self.items.push(d);
         }

@@ -3,6 +3,7 @@
 //! so `check` reports all of them at once.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -303,18 +304,34 @@ impl Pipeline {
         let commits: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].spec.commits())
             .collect();
-        if commits.is_empty() && !self.nodes.is_empty() {
+        // A node whose kind did not parse might have been the commit: say nothing then.
+        let broken_kind = self.nodes.iter().any(|n| n.kind == "?");
+        if commits.is_empty() && !self.nodes.is_empty() && !broken_kind {
             let header = self
                 .source
                 .text
                 .find("[nodes")
                 .map(|s| s..s + self.source.text[s..].find(']').map_or(6, |e| e + 1))
                 .unwrap_or(0..0);
+            let last = self
+                .dag
+                .as_ref()
+                .and_then(|d| d.order.last())
+                .map_or("…", |&i| self.nodes[i].id.value.as_str());
             diags.push(
-                Diagnostic::error(Code::NoCommit, &self.source, header, "no `commit` node is reachable from the pipeline's roots")
-                    .label("none of these nodes commits")
-                    .help("add `[nodes.commit]` with `kind = \"commit\"` and `needs` on your last node, or the loop never advances"),
+                Diagnostic::error(Code::NoCommit, &self.source, header, "the pipeline has no `commit` node, so a tick could never advance the loop")
+                    .label("none of the nodes from here on has `kind = \"commit\"`")
+                    .help(format!("add `[nodes.commit]` with `kind = \"commit\"` and `needs = [\"{last}\"]` as the pipeline's last node")),
             );
+            return;
+        }
+        // Unreachable warnings after an error (a mistyped `needs`, say) are only echoes
+        // of that error: fix it first.
+        if diags
+            .items
+            .iter()
+            .any(|d| d.is_error() && Arc::ptr_eq(&d.source, &self.source))
+        {
             return;
         }
         for (v, node) in self.nodes.iter().enumerate() {
@@ -481,6 +498,21 @@ impl Pipeline {
                     .filter(|n| n.spec.produces_verdict())
                     .map(|n| n.id.value.as_str())
                     .collect();
+                // A verdict node that runs after this one: `needs` would make a cycle.
+                let downstream = self
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .find(|(x, n)| n.spec.produces_verdict() && dag.is_ancestor(v, *x));
+                if let Some((_, vn)) = downstream {
+                    return not_yet(
+                        format!("the verdict node `{}` runs after it", vn.id.value),
+                        format!(
+                            "this tick's verdict does not exist yet at `{}`; the last tick's verdict is in `reasons` and `next_hint`",
+                            node.id.value
+                        ),
+                    );
+                }
                 let how = match verdict_nodes.first() {
                     Some(vn) => format!(
                         "add `needs = [\"{vn}\"]` (or a node after it) to `[nodes.{}]`",
@@ -535,6 +567,23 @@ impl Pipeline {
                 }
                 if dag.is_ancestor(x, v) {
                     return None;
+                }
+                if x == v || dag.is_ancestor(v, x) {
+                    return not_yet(
+                        if x == v {
+                            "a node cannot read its own outputs".to_string()
+                        } else {
+                            format!(
+                                "node `{id}` runs after it (it depends on `{}`)",
+                                node.id.value
+                            )
+                        },
+                        format!(
+                            "use a node that runs before `{}`; {}",
+                            node.id.value,
+                            avail()
+                        ),
+                    );
                 }
                 not_yet(
                     format!("node `{id}` does not run before it"),
@@ -603,7 +652,17 @@ fn parse_node(id: Str, t: &Table<'_, '_>, diags: &mut Diagnostics) -> Node {
     match (&kind, registered) {
         (None, _) => {
             if t.get("kind").is_none() {
-                t.missing("kind", "kind = \"harness\"", diags);
+                // Guess the kind from the keys that are there.
+                let example = if t.get("argv").is_some() {
+                    "kind = \"command\""
+                } else if t.get("from").is_some() {
+                    "kind = \"verdict\""
+                } else if t.get("message").is_some() {
+                    "kind = \"git-commit\""
+                } else {
+                    "kind = \"harness\""
+                };
+                t.missing("kind", example, diags);
             }
         }
         (Some(k), None) => {
@@ -741,6 +800,181 @@ mod tests {
         let d = check(text);
         assert_eq!(codes(text), ["variable-not-available"]);
         assert_eq!(&text[d.items[0].span.clone()], "verdict");
+    }
+
+    /// The one diagnostic a pipeline yields, with the exact text its span covers.
+    fn only(text: &str) -> (Diagnostic, &str) {
+        let d = check(text);
+        assert_eq!(d.items.len(), 1, "{:#?}", d.items);
+        let d = d.items.into_iter().next().expect("one");
+        let at = &text[d.span.clone()];
+        (d, at)
+    }
+
+    const HEAD: &str = "[nodes.t]\nkind=\"command\"\nargv=[\"a\"]\n";
+
+    #[test]
+    fn verdict_outside_a_verdict_downstream_points_inside_the_string() {
+        let text = format!(
+            "{HEAD}[nodes.v]\nkind=\"verdict\"\nfrom=\"t\"\nneeds=[\"t\"]\n\
+             [nodes.x]\nkind=\"command\"\nargv=[\"echo\", \"pass={{{{ verdict.pass }}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"v\", \"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(d.code, Code::VariableNotAvailable);
+        assert_eq!(at, "verdict.pass");
+        let start = text.find("verdict.pass").expect("in text");
+        assert_eq!(d.span, start..start + "verdict.pass".len());
+        let help = d.help.expect("help");
+        assert!(help.contains("add `needs = [\"v\"]`"), "{help}");
+        assert!(help.contains("available at node `x`"), "{help}");
+        assert!(
+            help.contains("nodes.t.*") && !help.contains("verdict,"),
+            "{help}"
+        );
+    }
+
+    #[test]
+    fn node_outputs_only_from_upstream_nodes() {
+        let text = format!(
+            "{HEAD}[nodes.y]\nkind=\"command\"\nargv=[\"a\"]\n\
+             [nodes.x]\nkind=\"command\"\nargv=[\"show\", \"--code={{{{nodes.y.exit_code}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\", \"y\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(d.code, Code::VariableNotAvailable);
+        assert_eq!(at, "nodes.y.exit_code");
+        assert!(
+            d.message.contains("node `y` does not run before it"),
+            "{}",
+            d.message
+        );
+        assert!(
+            d.help
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("add `needs = [\"y\"]` to `[nodes.x]`")
+        );
+        // Upstream is fine, through any number of nodes.
+        let ok = text.replace("needs=[\"t\"]", "needs=[\"t\", \"y\"]");
+        assert!(check(&ok).items.is_empty(), "{:?}", check(&ok).items);
+    }
+
+    #[test]
+    fn node_outputs_from_downstream_say_so() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"{{{{nodes.c2.output}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c2]\nkind=\"command\"\nargv=[\"a\"]\nneeds=[\"x\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"c2\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(at, "nodes.c2.output");
+        assert!(d.message.contains("runs after it"), "{}", d.message);
+    }
+
+    #[test]
+    fn unknown_variable_suggests_the_nearest() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"--task\", \"{{{{curent_task}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(d.code, Code::UnknownVariable);
+        assert_eq!(at, "curent_task");
+        assert!(
+            d.help
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("did you mean `current_task`?"),
+            "{:?}",
+            d.help
+        );
+        // A typo in a node id gets the same treatment.
+        let text = text.replace("curent_task", "nodes.tt.output");
+        let (d, at) = only(&text);
+        assert_eq!(at, "nodes.tt.output");
+        assert!(
+            d.message.contains("names node `tt`, which does not exist"),
+            "{}",
+            d.message
+        );
+        // And an unknown field of a real node.
+        let text = text.replace("nodes.tt.output", "nodes.t.exitcode");
+        let (d, _) = only(&text);
+        assert!(
+            d.help.as_deref().unwrap_or("").contains("`exit_code`"),
+            "{:?}",
+            d.help
+        );
+    }
+
+    #[test]
+    fn harness_only_variables_are_not_set_for_commands() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"cat\", \"{{{{prompt}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::VariableNotAvailable, "prompt"));
+    }
+
+    #[test]
+    fn single_brace_tokens_warn_with_the_fix() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"run\", \"--prompt-file={{prompt}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(d.code, Code::LegacyPlaceholder);
+        assert_eq!(d.severity, crate::diag::Severity::Warning);
+        assert_eq!(at, "{prompt}");
+        assert_eq!(
+            d.help.as_deref(),
+            Some("write `{{prompt}}` to substitute the variable")
+        );
+    }
+
+    #[test]
+    fn when_templates_are_checked_with_exact_spans() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"fix\"]\nwhen = \"{{{{not (eq nodes.z.exit_code 0)}}}}\"\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::UnknownVariable, "nodes.z.exit_code"));
+        let (line, col) = d.source.line_col(d.span.start);
+        assert_eq!((line, col), (7, 19));
+    }
+
+    #[test]
+    fn escaped_literals_still_point_at_the_variable() {
+        // A basic string with an escape: the span is found in the raw literal.
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"say \\\"hi\\\" {{{{nope}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::UnknownVariable, "nope"));
+    }
+
+    #[test]
+    fn unclosed_blocks_point_at_the_opening_tag() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"a {{{{#if iteration}}}}b\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::TemplateSyntax, "{{#if iteration}}"));
+        assert!(d.message.contains("never closed"), "{}", d.message);
+    }
+
+    #[test]
+    fn unreachable_warnings_wait_for_errors_to_be_fixed() {
+        // `nede` is an unknown key; the echo (`t` unreachable) is not reported.
+        let text = format!("{HEAD}[nodes.c]\nkind=\"commit\"\nnede=[\"t\"]\n");
+        assert_eq!(codes(&text), ["unknown-key"]);
+        let text = format!("{HEAD}[nodes.c]\nkind=\"commit\"\n");
+        assert_eq!(codes(&text), ["unreachable-node"]);
     }
 
     #[test]

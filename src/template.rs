@@ -83,6 +83,7 @@ pub struct ScanError {
 
 /// Every variable path used outside `#each`/`#with` blocks (whose context changes), in order.
 pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
+    check_blocks(text)?;
     if let Err(e) = handlebars::Template::compile(text) {
         let range = e
             .pos()
@@ -91,10 +92,13 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
                 start..(start + 2).min(text.len()).max(start)
             })
             .unwrap_or(0..text.len());
-        return Err(ScanError {
-            message: e.reason().to_string(),
-            range,
-        });
+        let reason = e.reason().to_string();
+        // The parser's message lists every grammar rule it expected; nobody needs that.
+        let message = match reason.find(": expected ") {
+            Some(i) => format!("{} here", &reason[..i]),
+            None => reason,
+        };
+        return Err(ScanError { message, range });
     }
     let mut usages = Vec::new();
     let mut context_depth = 0usize;
@@ -158,6 +162,66 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
         }
     }
     Ok(usages)
+}
+
+/// Unbalanced `{{#block}}…{{/block}}` pairs, reported at the tag that is wrong (the
+/// handlebars parser only says where it gave up: the end of the text).
+fn check_blocks(text: &str) -> Result<(), ScanError> {
+    let mut open: Vec<(String, Range<usize>)> = Vec::new();
+    let mut i = 0;
+    while let Some(found) = text[i..].find("{{") {
+        let start = i + found;
+        let Some(close_rel) = text[start..].find("}}") else {
+            return Err(ScanError {
+                message: "`{{` is never closed with `}}`".into(),
+                range: start..start + 2,
+            });
+        };
+        let end = start + close_rel + 2;
+        i = end;
+        if start > 0 && text.as_bytes()[start - 1] == b'\\' {
+            continue;
+        }
+        let inner =
+            text[start + 2..end - 2].trim_matches(|c: char| c == '~' || c == '{' || c == '}');
+        let inner = inner.trim();
+        let name = |s: &str| {
+            s.split(|c: char| c.is_whitespace())
+                .next()
+                .unwrap_or("")
+                .to_string()
+        };
+        if let Some(rest) = inner.strip_prefix('#') {
+            let rest = rest.trim_start_matches(['>', '*']);
+            open.push((name(rest), start..end));
+        } else if let Some(rest) = inner.strip_prefix('/') {
+            let closing = name(rest);
+            match open.pop() {
+                Some((opened, _)) if opened == closing => {}
+                Some((opened, _)) => {
+                    return Err(ScanError {
+                        message: format!("`{{{{/{closing}}}}}` closes a `{{{{#{opened}}}}}` block"),
+                        range: start..end,
+                    });
+                }
+                None => {
+                    return Err(ScanError {
+                        message: format!(
+                            "`{{{{/{closing}}}}}` has no `{{{{#{closing}}}}}` before it"
+                        ),
+                        range: start..end,
+                    });
+                }
+            }
+        }
+    }
+    match open.pop() {
+        Some((opened, range)) => Err(ScanError {
+            message: format!("`{{{{#{opened}}}}}` is never closed: add `{{{{/{opened}}}}}`"),
+            range,
+        }),
+        None => Ok(()),
+    }
 }
 
 fn offset_of(text: &str, line: usize, col: usize) -> usize {

