@@ -831,6 +831,7 @@ fn dry_run(env: &TickEnv<'_>, gate: &crate::brakes::GateReport) -> Summary {
                 tokens: None,
             }),
             seconds: 0.0,
+            ..Default::default()
         });
         walk.status[v] = "not_run";
     }

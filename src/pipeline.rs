@@ -463,6 +463,12 @@ impl Pipeline {
         if ALWAYS.contains(&root) {
             return None;
         }
+        if root == "prompt_text" && place == TemplatePlace::Prompt {
+            return not_yet(
+                "a prompt cannot include its own text".into(),
+                "use `prompt_text` in the role's command (argv), not in the prompt file".into(),
+            );
+        }
         if HARNESS_ONLY.contains(&root) {
             if node.spec.spawns() || place == TemplatePlace::Prompt {
                 return None;
@@ -640,7 +646,14 @@ pub const ALWAYS: &[&str] = &[
     "next_hint",
 ];
 /// Variables set only where a process runs for a role.
-pub const HARNESS_ONLY: &[&str] = &["role", "prompt", "prompt_source", "session_id", "model"];
+pub const HARNESS_ONLY: &[&str] = &[
+    "role",
+    "prompt",
+    "prompt_text",
+    "prompt_source",
+    "session_id",
+    "model",
+];
 /// `nodes.<id>.<field>`
 pub const NODE_FIELDS: &[&str] = &["stdout_path", "stderr_path", "exit_code", "output"];
 

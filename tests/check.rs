@@ -510,3 +510,119 @@ fn graph_of_a_broken_pipeline_prints_the_diagnostics() {
     assert_eq!(out.code, 3);
     assert!(out.stderr.contains("dependency cycle"), "{}", out.stderr);
 }
+
+#[test]
+fn explain_shows_each_roles_expanded_argv() {
+    let out = lf(&["check", "tests/fixtures/check/presets", "--explain"]);
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    insta::assert_snapshot!("explain-presets", out.stdout);
+    // The harness preset with the role's model flag appended.
+    assert!(out.stdout.contains(
+        "role implement (preset claude-code): claude -p '{{prompt_text}}' --output-format json --permission-mode acceptEdits --model '{{model}}'"
+    ), "{}", out.stdout);
+    // A role's own preset replaces the harness's, usage included.
+    assert!(
+        out.stdout
+            .contains("role verify (preset codex): codex exec --json")
+    );
+    // A role's own command wins and takes nothing from the harness preset.
+    assert!(
+        out.stdout
+            .contains("role orchestrate: ./orchestrate.sh '{{prompt}}'\n")
+    );
+    // `[harness.usage] cost_usd` overrides that one key of the preset's rule.
+    assert!(out.stdout.contains("cost_usd = /total_cost_usd + /extra_cost_usd; tokens = /usage/input_tokens + /usage/output_tokens"));
+    // In machine formats the explanation goes to stderr and stdout stays parseable.
+    let json = lf(&[
+        "check",
+        "tests/fixtures/check/presets",
+        "--explain",
+        "--format",
+        "json",
+    ]);
+    assert!(json.stderr.contains("role implement"), "{}", json.stderr);
+    assert!(serde_json::from_str::<Value>(&json.stdout).is_ok());
+}
+
+#[test]
+fn unknown_presets_are_reported_with_a_suggestion() {
+    let p = common::Project::new();
+    p.write("p.md", "x\n");
+    p.write(
+        "loop.toml",
+        "[brakes]\nmax_iterations = 1\n[harness]\npreset = \"claude\"\n[roles.implement]\nprompt = \"p.md\"\n[roles.verify]\nprompt = \"p.md\"\n[roles.orchestrate]\nprompt = \"p.md\"\npreset = \"gemeni\"\n",
+    );
+    let out = p.lf(&["check", "loop.toml", "--format", "json"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    let helps: Vec<&str> = v["diagnostics"]
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|d| d["help"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(helps.len(), 2, "{}", out.stdout);
+    assert!(
+        helps[0].starts_with("did you mean `claude-code`?"),
+        "{helps:?}"
+    );
+    assert!(helps[1].starts_with("did you mean `gemini`?"), "{helps:?}");
+}
+
+/// A preset's usage rule with the command overridden by a fake agent that prints what
+/// Claude Code prints with `--output-format json`: the answer is taken out of the
+/// envelope (the verdict parses), and cost and tokens land in the loop's spend.
+#[test]
+fn agent_reported_usage_counts_against_the_budget() {
+    let p = common::Project::new();
+    let agent = p.script(
+        "fake-claude.sh",
+        r#"role="$1"
+printf '%s' "$2" > "prompt-text-$role.txt"
+case "$role" in
+  verify) answer='{\"pass\": false, \"score\": 0.5, \"reasons\": [\"not yet\"]}' ;;
+  *) answer="done with $role" ;;
+esac
+printf '{"type":"result","is_error":false,"result":"%s","total_cost_usd":0.25,"usage":{"input_tokens":100,"output_tokens":20}}\n' "$answer""#,
+    );
+    assert_eq!(p.create("usage", Some("make it faster")).code, 0);
+    p.loop_toml(
+        "usage",
+        &format!(
+            r#"[brakes]
+max_iterations = 10
+context_tokens = 32000
+
+[harness]
+preset = "claude-code"
+command = ["{}", "{{{{role}}}}", "{{{{prompt_text}}}}"]
+
+[roles.implement]
+prompt = "prompts/loop-implement.md"
+[roles.verify]
+prompt = "prompts/loop-verifier.md"
+[roles.orchestrate]
+prompt = "prompts/loop-orchestrate.md"
+
+[worktree]
+enabled = false
+"#,
+            agent.display()
+        ),
+    );
+    let run = p.lf(&["run", "--loop", "usage"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let s = p.state("usage");
+    assert_eq!(s["iteration_count"], 1, "{s}");
+    assert_eq!(s["last_verdict"]["score"], 0.5, "{s}");
+    assert_eq!(s["spent"]["tokens"], 360, "{s}");
+    assert!(
+        (s["spent"]["usd"].as_f64().expect("usd") - 0.75).abs() < 1e-9,
+        "{s}"
+    );
+    // `{{prompt_text}}` handed the rendered prompt itself to the agent, as one argument.
+    assert!(
+        p.read("prompt-text-implement.txt")
+            .contains("make it faster")
+    );
+}

@@ -20,6 +20,10 @@ pub struct CheckArgs {
     /// Exit 3 on warnings too.
     #[arg(long)]
     pub deny_warnings: bool,
+    /// Also print each role's expanded argv (after presets and overrides) for every
+    /// loop.toml checked.
+    #[arg(long)]
+    pub explain: bool,
 }
 
 #[derive(Args, Debug)]
@@ -77,8 +81,14 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Checks one file into `diags`.
-pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics) {
+/// Checks one file into `diags`; for a loop.toml, adds its roles' expanded argv to
+/// `explain`.
+fn check_file_explained(
+    path: &Path,
+    base: &Path,
+    diags: &mut Diagnostics,
+    explain: &mut Vec<String>,
+) {
     if is_loop_config(path) {
         match LoopConfig::read(path, base, diags) {
             Err(e) => diags.push(io_diag(path, base, &e)),
@@ -105,6 +115,7 @@ pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics) {
                 };
                 if let Some(p) = pipeline {
                     cfg.check_against(&p, base, diags);
+                    explain.push(cfg.explain(&p));
                 }
             }
         }
@@ -153,8 +164,21 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
         }
     }
     let mut diags = Diagnostics::default();
+    let mut explained = Vec::new();
     for f in &files {
-        check_file(f, &base, &mut diags);
+        check_file_explained(f, &base, &mut diags, &mut explained);
+    }
+    if a.explain {
+        // On stdout for people; on stderr when stdout is a machine format.
+        let text = explained.concat();
+        if a.format == Format::Human {
+            print!("{text}");
+            if !text.is_empty() {
+                println!();
+            }
+        } else {
+            eprint!("{text}");
+        }
     }
     diags.sort();
     let color = super::use_color(std::io::IsTerminal::is_terminal(&std::io::stdout()));

@@ -48,6 +48,10 @@ impl NodeSpec for CommitNode {
         let brakes = &env.config.brakes;
         let verdict = ctx.verdict().cloned();
         let seconds = ctx.upstream_seconds();
+        // Spend the agents reported themselves (preset `usage` rules), on top of any
+        // `cost_usd` / `tokens` in the verdict.
+        let agent_usd: f64 = ctx.upstream.iter().filter_map(|(_, o)| o.cost_usd).sum();
+        let agent_tokens: u64 = ctx.upstream.iter().filter_map(|(_, o)| o.tokens).sum();
         let goal = verdict
             .as_ref()
             .is_some_and(|v| v.pass && v.score >= brakes.goal_score);
@@ -58,6 +62,8 @@ impl NodeSpec for CommitNode {
             s.last_tick_at = Some(now());
             s.consecutive_aborts = 0;
             s.spent.seconds += seconds;
+            s.spent.usd += agent_usd;
+            s.spent.tokens += agent_tokens;
             if let Some(v) = &verdict {
                 s.score_history.push(v.score);
                 let window = brakes.score_plateau_window.max(1);

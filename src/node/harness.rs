@@ -92,6 +92,10 @@ impl HarnessNode {
             }
             None => String::new(),
         };
+        // Agents that take the prompt as an argument (presets) get its text.
+        if let Value::Object(m) = &mut vars {
+            m.insert("prompt_text".into(), json!(prompt));
+        }
         Ok((vars, prompt_path, prompt))
     }
 
@@ -103,7 +107,7 @@ impl HarnessNode {
             vars,
             upstream: Vec::new(),
         };
-        render_argv(&inner, ctx.env.config.command_for(&self.role.value))
+        render_argv(&inner, &ctx.env.config.command_for(&self.role.value))
     }
 }
 
@@ -141,13 +145,30 @@ impl NodeSpec for HarnessNode {
             .timeout
             .or_else(|| cfg.and_then(|c| c.timeout))
             .or(ctx.env.config.harness_timeout);
+        let usage = ctx.env.config.agent(&self.role.value).usage;
+        // The agent's own report (preset `usage` rule): answer, cost and tokens.
+        let finish = |o: &mut crate::node::NodeOutput| {
+            o.output_path = output_path.clone();
+            if usage.is_empty() {
+                return;
+            }
+            let text = o
+                .stdout_path
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .unwrap_or_default();
+            let u = crate::preset::extract(&usage, &text);
+            o.cost_usd = u.cost_usd;
+            o.tokens = u.tokens;
+            o.answer = u.text;
+        };
         match spawn_node(ctx, &argv, timeout) {
             NodeRun::Ok(mut o) => {
-                o.output_path = output_path;
+                finish(&mut o);
                 NodeRun::Ok(o)
             }
             NodeRun::Failed { reason, mut output } => {
-                output.output_path = output_path;
+                finish(&mut output);
                 NodeRun::Failed { reason, output }
             }
             other => other,

@@ -79,6 +79,11 @@ pub struct NodeOutput {
     pub verdict: Option<Verdict>,
     /// Wall time of spawned processes, counted against `max_seconds`.
     pub seconds: f64,
+    /// Spend the agent reported in its own output (a preset's `usage` rule).
+    pub cost_usd: Option<f64>,
+    pub tokens: Option<u64>,
+    /// The agent's answer extracted from its JSON output; verdict parsing reads it.
+    pub answer: Option<String>,
 }
 
 /// How a node ended.
@@ -191,6 +196,7 @@ pub fn spawn_node(
         output_path: None,
         verdict: None,
         seconds: done.elapsed.as_secs_f64(),
+        ..Default::default()
     };
     match done.exit {
         crate::process::Exit::Code(0) => NodeRun::Ok(output),
