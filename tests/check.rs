@@ -626,3 +626,71 @@ enabled = false
             .contains("make it faster")
     );
 }
+
+#[test]
+fn quoted_globs_are_expanded() {
+    let out = lf(&[
+        "check",
+        "tests/fixtures/check/unknown-*.toml",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    let mut files: Vec<String> = json_diags(&out)
+        .iter()
+        .map(|d| d["file"].as_str().unwrap_or("").to_string())
+        .collect();
+    files.dedup();
+    assert_eq!(
+        files,
+        [
+            "tests/fixtures/check/unknown-key.toml",
+            "tests/fixtures/check/unknown-need.toml",
+            "tests/fixtures/check/unknown-node-kind.toml",
+            "tests/fixtures/check/unknown-variable.toml",
+        ]
+    );
+    let clean = lf(&[
+        "check",
+        "tests/fixtures/check/*/loop.toml",
+        "--format",
+        "json",
+    ]);
+    assert!(
+        clean.stdout.contains("missing-role/loop.toml"),
+        "{}",
+        clean.stdout
+    );
+    let none = lf(&["check", "tests/fixtures/check/nothing-*.toml"]);
+    assert_eq!(none.code, 2);
+    assert!(none.stderr.contains("no file matches"), "{}", none.stderr);
+}
+
+#[test]
+fn without_paths_check_reads_the_projects_loops() {
+    let p = common::Project::new();
+    assert_eq!(p.create("good", Some("t")).code, 0);
+    let out = p.lf(&["check"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("checked 1 file(s): no problems found"),
+        "{out:?}"
+    );
+    std::fs::write(
+        p.loop_dir("good").join("prompts/loop-implement.md"),
+        "Do {{curent_task}}\n",
+    )
+    .expect("write prompt");
+    let out = p.lf(&["check", "--format", "json"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stdout.contains("\"code\": \"unknown-variable\""),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("prompts/loop-implement.md"),
+        "{}",
+        out.stdout
+    );
+}

@@ -81,6 +81,63 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Expands a path with glob characters (`*`, `?`, `[`, `{`): the files and directories
+/// under its literal leading directory that match it. `None` when it is not a glob.
+fn glob(pattern: &Path) -> Option<Vec<PathBuf>> {
+    let text = pattern.to_str()?;
+    if !text.contains(['*', '?', '[', '{']) {
+        return None;
+    }
+    let matcher = globset::GlobBuilder::new(text)
+        .literal_separator(true)
+        .build()
+        .ok()?
+        .compile_matcher();
+    // The longest leading run of components without glob characters.
+    let mut base = PathBuf::new();
+    for c in pattern.components() {
+        if c.as_os_str()
+            .to_str()
+            .is_some_and(|s| s.contains(['*', '?', '[', '{']))
+        {
+            break;
+        }
+        base.push(c);
+    }
+    let start = if base.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        base
+    };
+    let mut out = Vec::new();
+    let mut stack = vec![start];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let mut p = e.path();
+            if let Ok(rel) = p.strip_prefix("./") {
+                p = rel.to_path_buf();
+            }
+            let name = p.file_name().and_then(|f| f.to_str()).unwrap_or("");
+            if matches!(
+                name,
+                "target" | ".git" | "node_modules" | "worktree" | "outputs"
+            ) {
+                continue;
+            }
+            if matcher.is_match(&p) {
+                out.push(p.clone());
+            } else if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    Some(out)
+}
+
 /// Checks one file into `diags`; for a loop.toml, adds its roles' expanded argv to
 /// `explain`.
 fn check_file_explained(
@@ -158,11 +215,25 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
             collect(p, &mut files);
         } else if p.exists() {
             files.push(p.clone());
+        } else if let Some(matched) = glob(p) {
+            // A quoted glob (CI configs often pass one): expanded here.
+            if matched.is_empty() {
+                eprintln!("error: no file matches {}", p.display());
+                return exit::USAGE;
+            }
+            for m in matched {
+                if m.is_dir() {
+                    collect(&m, &mut files);
+                } else {
+                    files.push(m);
+                }
+            }
         } else {
             eprintln!("error: {} does not exist", p.display());
             return exit::USAGE;
         }
     }
+    files.dedup();
     let mut diags = Diagnostics::default();
     let mut explained = Vec::new();
     for f in &files {
