@@ -500,6 +500,8 @@ pub fn render_sarif(diags: &Diagnostics) -> String {
                 "rules": rules,
             }},
             "results": results,
+            // Columns count characters, as in every other format.
+            "columnKind": "unicodeCodePoints",
         }]
     });
     let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();

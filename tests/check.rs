@@ -694,3 +694,147 @@ fn without_paths_check_reads_the_projects_loops() {
         out.stdout
     );
 }
+
+/// The pipeline schema offers exactly the node kinds and keys the checker accepts.
+#[test]
+fn pipeline_schema_agrees_with_the_checker() {
+    let schema: Value =
+        serde_json::from_str(loopflow::schema::get("pipeline").expect("schema")).expect("JSON");
+    let mut kinds: Vec<&str> = schema["definitions"]["Kind"]["enum"]
+        .as_array()
+        .expect("Kind enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut registered = loopflow::node::kind_names();
+    kinds.sort_unstable();
+    registered.sort_unstable();
+    assert_eq!(kinds, registered);
+    let props = schema["definitions"]["NodeFile"]["properties"]
+        .as_object()
+        .expect("NodeFile properties");
+    let mut keys: Vec<&str> = loopflow::node::COMMON_KEYS.to_vec();
+    for k in loopflow::node::REGISTRY {
+        keys.extend(k.keys());
+    }
+    for key in keys {
+        assert!(
+            props.contains_key(key),
+            "`{key}` is accepted by check but not in the schema"
+        );
+    }
+    for key in props.keys() {
+        // Each schema key is accepted by some node kind.
+        let text = format!("[nodes.a]\nkind = \"commit\"\n{key} = 1\n");
+        let p = common::Project::new();
+        p.write("p.toml", &text);
+        let out = p.lf(&["check", "p.toml", "--format", "json"]);
+        let unknown = out.stdout.contains("\"code\": \"unknown-key\"");
+        let kind_specific = loopflow::node::REGISTRY
+            .iter()
+            .any(|k| k.keys().contains(&key.as_str()));
+        assert!(
+            !unknown || kind_specific,
+            "`{key}` is in the schema but check rejects it"
+        );
+    }
+}
+
+/// A value of the type a schema property asks for (enough to pass the key check).
+fn sample(schema: &Value, prop: &Value) -> String {
+    let types: Vec<&str> = match &prop["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if types.contains(&"array") {
+        return "[\"x\"]".into();
+    }
+    for t in ["boolean", "integer", "number", "string"] {
+        if types.contains(&t) {
+            return match t {
+                "boolean" => "true",
+                "integer" => "16000",
+                "number" => "1.0",
+                _ => "\"30m\"",
+            }
+            .into();
+        }
+    }
+    // `anyOf: [{$ref}, null]`: an enum is a string, a struct an (empty) inline table.
+    let r = prop["$ref"]
+        .as_str()
+        .or_else(|| prop["anyOf"][0]["$ref"].as_str())
+        .unwrap_or("");
+    let def = &schema["definitions"][r.trim_start_matches("#/definitions/")];
+    match def["enum"].as_array().and_then(|e| e.first()) {
+        Some(v) => format!("{v}"),
+        None => "{}".into(),
+    }
+}
+
+/// Every key the loop schema offers is one `check` accepts: a loop.toml with all of
+/// them, at every level, gets no `unknown-key`.
+#[test]
+fn loop_schema_keys_are_accepted_by_the_checker() {
+    let schema: Value =
+        serde_json::from_str(loopflow::schema::get("loop").expect("schema")).expect("JSON");
+    let defs = &schema["definitions"];
+    let mut text = String::new();
+    let table = |name: &str, def: &str, text: &mut String| {
+        text.push_str(&format!("[{name}]\n"));
+        for (k, p) in defs[def]["properties"].as_object().expect("props") {
+            text.push_str(&format!("{k} = {}\n", sample(&schema, p)));
+        }
+    };
+    text.push_str("pipeline = \"p.toml\"\n");
+    for (name, def) in [
+        ("work_source", "WorkSourceFile"),
+        ("brakes", "BrakesFile"),
+        ("schedule", "ScheduleFile"),
+        ("harness", "HarnessFile"),
+        ("roles.implement", "RoleFile"),
+        ("blast_radius", "BlastRadiusFile"),
+        ("worktree", "WorktreeFile"),
+    ] {
+        table(name, def, &mut text);
+    }
+    let top: Vec<&String> = schema["properties"]
+        .as_object()
+        .expect("props")
+        .keys()
+        .collect();
+    for k in top {
+        assert!(
+            text.contains(&format!("[{k}")) || k == "pipeline",
+            "{k} not sampled"
+        );
+    }
+    let p = common::Project::new();
+    p.write("loop.toml", &text);
+    p.write("x", "prompt\n");
+    p.write("p.toml", "[nodes.c]\nkind = \"commit\"\n");
+    let out = p.lf(&["check", "loop.toml", "--format", "json"]);
+    assert!(
+        !out.stdout.contains("toml-syntax"),
+        "{text}\n{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains("unknown-key"),
+        "schema keys rejected by check:\n{text}\n{}",
+        out.stdout
+    );
+    // The control: one key that is not in the schema is caught.
+    p.write(
+        "loop.toml",
+        &text.replace("[harness]\n", "[harness]\nbogus_key = 1\n"),
+    );
+    let out = p.lf(&["check", "loop.toml", "--format", "json"]);
+    assert_eq!(
+        out.stdout.matches("unknown-key").count(),
+        1,
+        "{}",
+        out.stdout
+    );
+}
