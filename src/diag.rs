@@ -118,6 +118,7 @@ codes! {
     TemplateSyntax = "template-syntax": "A template is not valid handlebars.",
     MissingRole = "missing-role": "A harness node's role has no `[roles.<role>]` table in loop.toml.",
     MissingPrompt = "missing-prompt": "A role's prompt file does not exist.",
+    MissingFile = "missing-file": "A file that is named (a loop's pipeline, a path given to check) cannot be read.",
     NoCommit = "no-commit": "No `commit` node is reachable, so a tick could never advance the loop.",
     EmptyArgv = "empty-argv": "A command is an empty list, so there is nothing to run.",
     ModelNotPassed = "model-not-passed": "Implement and verify name different models but the harness command never passes `{{model}}`.",
@@ -334,7 +335,12 @@ pub fn render_human(diags: &Diagnostics, color: bool) -> String {
             d.source.name, line, col, d.severity, d.code, d.message
         ));
         let mut snippet = String::new();
-        if handler.render_report(&mut snippet, &MietteView(d)).is_ok() {
+        if d.source.text.is_empty() {
+            // Nothing to quote (an unreadable file): just the help.
+            if let Some(h) = &d.help {
+                out.push_str(&format!("  help: {h}\n"));
+            }
+        } else if handler.render_report(&mut snippet, &MietteView(d)).is_ok() {
             // miette repeats the message as its first line; the header above already says it.
             let body: Vec<&str> = snippet
                 .lines()

@@ -366,6 +366,14 @@ impl Pipeline {
         diags: &mut Diagnostics,
     ) {
         for (name, range) in template::legacy_placeholders(&t.text) {
+            // Prose and code samples in a prompt use braces too: there, only a known
+            // variable name in single braces is the old syntax.
+            let known = ALWAYS.contains(&name.as_str())
+                || HARNESS_ONLY.contains(&name.as_str())
+                || matches!(name.as_str(), "artifact" | "verdict");
+            if place == TemplatePlace::Prompt && !known {
+                continue;
+            }
             diags.push(
                 Diagnostic::warning(
                     Code::LegacyPlaceholder,
@@ -988,6 +996,21 @@ mod tests {
         assert_eq!(codes(&text), ["unknown-key"]);
         let text = format!("{HEAD}[nodes.c]\nkind=\"commit\"\n");
         assert_eq!(codes(&text), ["unreachable-node"]);
+    }
+
+    #[test]
+    fn prompts_warn_on_single_braces_only_for_known_variables() {
+        let p = Pipeline::builtin();
+        let v = p.index["implement"];
+        let src = Source::new(
+            "p.md",
+            "p.md",
+            "Fix {task} in `fn f() {x}`; then read {prompt}.\n",
+        );
+        let mut d = Diagnostics::default();
+        p.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, &mut d);
+        assert_eq!(d.items.len(), 1, "{:?}", d.items);
+        assert_eq!(&src.text[d.items[0].span.clone()], "{prompt}");
     }
 
     #[test]

@@ -838,3 +838,16 @@ fn loop_schema_keys_are_accepted_by_the_checker() {
         out.stdout
     );
 }
+
+#[test]
+fn a_file_that_is_not_text_is_reported_not_skipped() {
+    let p = common::Project::new();
+    std::fs::write(p.join("blob.toml"), [0xff, 0xfe, 0x00, b'x']).expect("write");
+    let out = p.lf(&["check", "blob.toml"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert_eq!(
+        out.stdout,
+        "blob.toml:1:1: error[missing-file]: cannot read blob.toml: stream did not contain valid UTF-8\n  \
+         help: loopflow files are UTF-8 text; is this a TOML file?\n\n1 error, 0 warnings\n"
+    );
+}

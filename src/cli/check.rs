@@ -158,13 +158,20 @@ fn check_file_explained(
                         Err(e) => {
                             diags.push(
                                 Diagnostic::error(
-                                    Code::MissingKey,
+                                    Code::MissingFile,
                                     &cfg.source,
                                     lit.span.clone(),
-                                    format!("cannot read pipeline: {e}"),
+                                    format!(
+                                        "cannot read pipeline `{}`: {}",
+                                        crate::diag::display_name(p, base),
+                                        io_reason(&e)
+                                    ),
                                 )
-                                .label("this file")
-                                .help("relative paths resolve against the directory of loop.toml"),
+                                .label("this pipeline")
+                                .help(format!(
+                                    "relative paths resolve against {} (the directory of loop.toml); fix the path, or remove `pipeline` to run the built-in tick",
+                                    crate::diag::display_name(&cfg.dir, base)
+                                )),
                             );
                             None
                         }
@@ -186,16 +193,30 @@ fn check_file_explained(
     }
 }
 
+/// `std::io::Error` without its "(os error 2)" suffix.
+fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_lowercase(),
+        None => s,
+    }
+}
+
 fn io_diag(path: &Path, base: &Path, e: &std::io::Error) -> Diagnostic {
     let src = Source::new(crate::diag::display_name(path, base), path, "");
+    let help = if e.kind() == std::io::ErrorKind::InvalidData {
+        "loopflow files are UTF-8 text; is this a TOML file?"
+    } else {
+        "check the path and the file's permissions"
+    };
     Diagnostic::error(
-        Code::TomlSyntax,
+        Code::MissingFile,
         &src,
         0..0,
-        format!("cannot read file: {e}"),
+        format!("cannot read {}: {}", src.name, io_reason(e)),
     )
     .label("unreadable")
-    .help("check the path")
+    .help(help)
 }
 
 pub fn check(project: &Path, a: CheckArgs) -> i32 {
