@@ -14,6 +14,9 @@ pub struct Source {
     pub name: String,
     pub path: PathBuf,
     pub text: String,
+    /// Byte offsets where lines start, computed on first use (line/column lookups
+    /// stay cheap for files with thousands of diagnostics).
+    line_starts: std::sync::OnceLock<Vec<usize>>,
 }
 
 pub type SourceRef = Arc<Source>;
@@ -28,6 +31,7 @@ impl Source {
             name: name.into(),
             path: path.into(),
             text: text.into(),
+            line_starts: std::sync::OnceLock::new(),
         })
     }
 
@@ -40,10 +44,15 @@ impl Source {
     /// 1-based line and column (in characters) of a byte offset.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = floor_char_boundary(&self.text, offset.min(self.text.len()));
-        let before = &self.text[..offset];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let col = before[line_start..].chars().count() + 1;
+        let starts = self.line_starts.get_or_init(|| {
+            std::iter::once(0)
+                .chain(self.text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect()
+        });
+        // The last line start at or before `offset`.
+        let line = starts.partition_point(|&s| s <= offset).max(1);
+        let line_start = starts[line - 1];
+        let col = self.text[line_start..offset].chars().count() + 1;
         (line, col)
     }
 }
@@ -201,17 +210,21 @@ impl Diagnostic {
 #[derive(Debug, Default)]
 pub struct Diagnostics {
     pub items: Vec<Diagnostic>,
+    /// (code, span, source) of every item, so deduplication stays linear.
+    seen: std::collections::HashSet<(Code, usize, usize, usize)>,
 }
 
 impl Diagnostics {
     pub fn push(&mut self, d: Diagnostic) {
         // One report per problem at the same characters: a template shared by several
         // nodes (`[harness] command`) is reported for the first node it fails at.
-        let dup = self
-            .items
-            .iter()
-            .any(|o| o.code == d.code && o.span == d.span && Arc::ptr_eq(&o.source, &d.source));
-        if !dup {
+        let key = (
+            d.code,
+            d.span.start,
+            d.span.end,
+            Arc::as_ptr(&d.source) as usize,
+        );
+        if self.seen.insert(key) {
             self.items.push(d);
         }
     }

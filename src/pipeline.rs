@@ -47,6 +47,10 @@ pub struct Pipeline {
     pub index: IndexMap<String, usize>,
     /// `None` when the graph has cycles (the pipeline is then invalid).
     pub dag: Option<Dag>,
+    /// Nodes producing `verdict` / running role `implement`, as sets, so "is one
+    /// upstream?" is a bitset intersection even in a 10,000-node pipeline.
+    verdict_nodes: std::sync::OnceLock<crate::graph::FixedBitSet>,
+    implement_nodes: std::sync::OnceLock<crate::graph::FixedBitSet>,
 }
 
 /// Parses a duration like `"90s"`, `"30m"`, `"1h30m"` or `"500ms"`.
@@ -157,6 +161,8 @@ impl Pipeline {
             nodes,
             index,
             dag: None,
+            verdict_nodes: std::sync::OnceLock::new(),
+            implement_nodes: std::sync::OnceLock::new(),
         };
         p.check_graph(diags);
         Some(p)
@@ -225,20 +231,35 @@ impl Pipeline {
                         .unwrap_or_else(|| node.id.span.clone());
                     let mut path: Vec<&str> = names.clone();
                     path.push(names[0]);
+                    // A long cycle is shown by its ends: the first and last few nodes.
+                    let shown = if path.len() > 12 {
+                        format!(
+                            "{} → … → {} ({} nodes)",
+                            path[..6].join(" → "),
+                            path[path.len() - 6..].join(" → "),
+                            names.len()
+                        )
+                    } else {
+                        path.join(" → ")
+                    };
+                    let among = if names.len() > 12 {
+                        format!("the {} nodes of the cycle", names.len())
+                    } else {
+                        list(&names)
+                    };
                     diags.push(
                         Diagnostic::error(
                             Code::DependencyCycle,
                             &src,
                             span,
-                            format!("dependency cycle: {}", path.join(" → ")),
+                            format!("dependency cycle: {shown}"),
                         )
                         .label(format!(
                             "`{}` waits for `{}`, which waits for it",
                             names[0], ids[closing]
                         ))
                         .help(format!(
-                            "a node cannot wait for itself; remove one `needs` entry among {}",
-                            list(&names)
+                            "a node cannot wait for itself; remove one `needs` entry among {among}"
                         )),
                     );
                 }
@@ -408,34 +429,69 @@ impl Pipeline {
 
     /// The variables a template at node `v` can use, for `help:` lines.
     pub fn available(&self, v: usize, place: TemplatePlace) -> Vec<String> {
+        // A node deep in a big pipeline has thousands of upstream nodes: name the nearest
+        // ones and count the rest.
+        const SHOWN_NODES: usize = 12;
         let node = &self.nodes[v];
         let mut out: Vec<String> = ALWAYS.iter().map(|s| s.to_string()).collect();
         if node.spec.spawns() || place == TemplatePlace::Prompt {
             out.extend(HARNESS_ONLY.iter().map(|s| s.to_string()));
         }
         if let Some(dag) = &self.dag {
-            if self.upstream_role(v, "implement").is_some() {
+            if self.implement_upstream(v) {
                 out.push("artifact".into());
             }
-            if (0..self.nodes.len())
-                .any(|u| dag.is_ancestor(u, v) && self.nodes[u].spec.produces_verdict())
-            {
+            if self.verdict_upstream(v) {
                 out.push("verdict".into());
             }
-            for &u in &dag.order {
-                if dag.is_ancestor(u, v) {
-                    out.push(format!("nodes.{}.*", self.nodes[u].id.value));
-                }
+            let total = dag.ancestors[v].count_ones(..);
+            // Ancestors come before `v` in topological order: walk back from it.
+            let pos = dag.order.iter().position(|&u| u == v).unwrap_or(0);
+            let mut near: Vec<usize> = dag.order[..pos]
+                .iter()
+                .rev()
+                .copied()
+                .filter(|&u| dag.is_ancestor(u, v))
+                .take(SHOWN_NODES)
+                .collect();
+            near.reverse();
+            if total > near.len() {
+                out.push(format!("… {} more upstream nodes", total - near.len()));
             }
+            out.extend(
+                near.iter()
+                    .map(|&u| format!("nodes.{}.*", self.nodes[u].id.value)),
+            );
         }
         out
     }
 
-    fn upstream_role(&self, v: usize, role: &str) -> Option<usize> {
-        let dag = self.dag.as_ref()?;
-        (0..self.nodes.len()).find(|&u| {
-            dag.is_ancestor(u, v) && self.nodes[u].spec.role().is_some_and(|r| r.value == role)
-        })
+    fn node_set(&self, pred: impl Fn(&Node) -> bool) -> crate::graph::FixedBitSet {
+        let mut set = crate::graph::FixedBitSet::with_capacity(self.nodes.len());
+        for (i, n) in self.nodes.iter().enumerate() {
+            set.set(i, pred(n));
+        }
+        set
+    }
+
+    /// Whether a verdict node runs before node `v`.
+    fn verdict_upstream(&self, v: usize) -> bool {
+        let set = self
+            .verdict_nodes
+            .get_or_init(|| self.node_set(|n| n.spec.produces_verdict()));
+        self.dag
+            .as_ref()
+            .is_some_and(|dag| !dag.ancestors[v].is_disjoint(set))
+    }
+
+    /// Whether a harness node with role `implement` runs before node `v`.
+    fn implement_upstream(&self, v: usize) -> bool {
+        let set = self.implement_nodes.get_or_init(|| {
+            self.node_set(|n| n.spec.role().is_some_and(|r| r.value == "implement"))
+        });
+        self.dag
+            .as_ref()
+            .is_some_and(|dag| !dag.ancestors[v].is_disjoint(set))
     }
 
     fn check_usage(
@@ -489,7 +545,7 @@ impl Pipeline {
         let dag = self.dag.as_ref()?;
         match root {
             "artifact" => {
-                if self.upstream_role(v, "implement").is_some() {
+                if self.implement_upstream(v) {
                     return None;
                 }
                 not_yet(
@@ -501,9 +557,7 @@ impl Pipeline {
                 )
             }
             "verdict" => {
-                if (0..self.nodes.len())
-                    .any(|u| dag.is_ancestor(u, v) && self.nodes[u].spec.produces_verdict())
-                {
+                if self.verdict_upstream(v) {
                     return None;
                 }
                 let verdict_nodes: Vec<&str> = self

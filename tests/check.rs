@@ -851,3 +851,50 @@ fn a_file_that_is_not_text_is_reported_not_skipped() {
          help: loopflow files are UTF-8 text; is this a TOML file?\n\n1 error, 0 warnings\n"
     );
 }
+
+/// A 10,000-node chain: no recursion deep enough to overflow the stack (debug builds
+/// included), every node's template checked, and a cycle through all of it named.
+#[test]
+fn ten_thousand_nodes_in_a_chain() {
+    let n = 10_000;
+    let mut text = String::from("name = \"big\"\n");
+    for i in 0..n {
+        text.push_str(&format!(
+            "[nodes.n{i}]\nkind = \"command\"\nargv = [\"echo\", \"{{{{nodes.n{}.exit_code}}}}\"]\n",
+            i.max(1) - 1
+        ));
+        if i > 0 {
+            text.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
+        }
+    }
+    text.push_str(&format!(
+        "[nodes.commit]\nkind = \"commit\"\nneeds = [\"n{}\"]\n",
+        n - 1
+    ));
+    let p = common::Project::new();
+    // n0 reads its own output: the one error.
+    p.write("big.toml", &text);
+    let out = p.lf(&["check", "big.toml", "--format", "json"]);
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).expect("json");
+    let d = v["diagnostics"].as_array().expect("list");
+    assert_eq!(d.len(), 1, "{}", out.stdout);
+    assert_eq!(
+        d[0]["message"],
+        "`nodes.n0.exit_code` is not available at node `n0`: a node cannot read its own outputs"
+    );
+    // Close the chain into a cycle.
+    p.write(
+        "big.toml",
+        &text.replacen("[nodes.n0]\n", "[nodes.n0]\nneeds = [\"commit\"]\n", 1),
+    );
+    let out = p.lf(&["check", "big.toml", "--format", "json"]);
+    assert_eq!(out.code, 3, "{}", out.stderr);
+    assert!(
+        out.stdout.contains(
+            "dependency cycle: n0 → n1 → n2 → n3 → n4 → n5 → … → n9996 → n9997 → n9998 → n9999 → commit → n0 (10001 nodes)"
+        ),
+        "{}",
+        &out.stdout[..out.stdout.len().min(500)]
+    );
+}

@@ -81,6 +81,13 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Writes to stdout; a closed pipe (`loopflow check | head`) is not an error.
+fn out(text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
+}
+
 /// Expands a path with glob characters (`*`, `?`, `[`, `{`): the files and directories
 /// under its literal leading directory that match it. `None` when it is not a glob.
 fn glob(pattern: &Path) -> Option<Vec<PathBuf>> {
@@ -264,9 +271,9 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
         // On stdout for people; on stderr when stdout is a machine format.
         let text = explained.concat();
         if a.format == Format::Human {
-            print!("{text}");
+            out(&text);
             if !text.is_empty() {
-                println!();
+                out("\n");
             }
         } else {
             eprint!("{text}");
@@ -274,15 +281,18 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
     }
     diags.sort();
     let color = super::use_color(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    let out = render(&diags, a.format, color);
+    let rendered = render(&diags, a.format, color);
     if a.format == Format::Human {
         if diags.is_empty() {
-            println!("checked {} file(s): no problems found", files.len());
+            out(&format!(
+                "checked {} file(s): no problems found\n",
+                files.len()
+            ));
         } else {
-            print!("{out}");
+            out(&rendered);
         }
     } else {
-        print!("{out}");
+        out(&rendered);
     }
     if diags.has_errors() || (a.deny_warnings && !diags.is_empty()) {
         exit::CONFIG
@@ -306,7 +316,7 @@ pub fn graph(a: GraphArgs) -> i32 {
         eprint!("{}", render(&diags, Format::Human, false));
         return exit::CONFIG;
     };
-    print!("{}", draw(&p, a.format));
+    out(&draw(&p, a.format));
     exit::OK
 }
 
@@ -400,7 +410,7 @@ pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
 pub fn schema(a: SchemaArgs) -> i32 {
     match crate::schema::get(&a.name) {
         Some(s) => {
-            print!("{s}");
+            out(s);
             exit::OK
         }
         None => exit::USAGE,
