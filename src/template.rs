@@ -458,6 +458,28 @@ mod tests {
     }
 
     #[test]
+    fn unbalanced_blocks_point_at_the_wrong_tag() {
+        let e = scan("a {{#if x}}b{{/each}} c").unwrap_err();
+        assert_eq!(e.message, "`{{/each}}` closes a `{{#if}}` block");
+        assert_eq!(e.range, 12..21);
+        let e = scan("{{/if}}").unwrap_err();
+        assert_eq!(e.message, "`{{/if}}` has no `{{#if}}` before it");
+        let e = scan("x {{#each reasons}}- {{this}}").unwrap_err();
+        assert_eq!(e.range, 2..19);
+        assert!(e.message.contains("add `{{/each}}`"), "{}", e.message);
+        let e = scan("x {{y").unwrap_err();
+        assert_eq!(e.range, 2..4);
+        // Escaped and balanced ones are fine.
+        assert!(scan("\\{{#if}} {{#if a}}{{#unless b}}x{{/unless}}{{/if}}").is_ok());
+    }
+
+    #[test]
+    fn parser_errors_are_short() {
+        let e = scan("{{a b c d (}}").unwrap_err();
+        assert!(!e.message.contains("expected escape"), "{}", e.message);
+    }
+
+    #[test]
     fn legacy_tokens() {
         let l = legacy_placeholders("--prompt-file {prompt} {{cwd}} {not-a-token");
         assert_eq!(l.len(), 1);
