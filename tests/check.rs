@@ -580,7 +580,7 @@ fn agent_reported_usage_counts_against_the_budget() {
         r#"role="$1"
 printf '%s' "$2" > "prompt-text-$role.txt"
 case "$role" in
-  verify) answer='{\"pass\": false, \"score\": 0.5, \"reasons\": [\"not yet\"]}' ;;
+  verify) answer='{\"pass\": false, \"score\": 0.5, \"reasons\": [\"not yet\"], \"cost_usd\": 9.0}' ;;
   *) answer="done with $role" ;;
 esac
 printf '{"type":"result","is_error":false,"result":"%s","total_cost_usd":0.25,"usage":{"input_tokens":100,"output_tokens":20}}\n' "$answer""#,
@@ -620,6 +620,8 @@ enabled = false
         (s["spent"]["usd"].as_f64().expect("usd") - 0.75).abs() < 1e-9,
         "{s}"
     );
+    // The verifier's own `cost_usd` guess (9.0) is not counted on top of what the CLI
+    // reported.
     // `{{prompt_text}}` handed the rendered prompt itself to the agent, as one argument.
     assert!(
         p.read("prompt-text-implement.txt")
@@ -897,4 +899,21 @@ fn ten_thousand_nodes_in_a_chain() {
         "{}",
         &out.stdout[..out.stdout.len().min(500)]
     );
+}
+
+/// Without a usage rule, the verifier's own `cost_usd` / `tokens` are what is counted.
+#[test]
+fn without_a_preset_the_verdicts_spend_counts() {
+    let p = common::Project::new();
+    let agent = common::standard_agent(
+        &p,
+        &[r#"{"pass": false, "score": 0.3, "cost_usd": 0.4, "tokens": 50}"#],
+    );
+    p.agent_loop("plain", &agent, "");
+    let run = p.lf(&["run", "--loop", "plain"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let s = p.state("plain");
+    assert_eq!(s["iteration_count"], 1, "{s}");
+    assert_eq!(s["spent"]["usd"], 0.4, "{s}");
+    assert_eq!(s["spent"]["tokens"], 50, "{s}");
 }
