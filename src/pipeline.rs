@@ -524,8 +524,34 @@ impl Pipeline {
                 .help(help),
             )
         };
+        // Every variable but `nodes` and `reasons` (a list) is a plain string or number:
+        // `{{verdict.pass}}` would fail when rendered in strict mode.
+        let scalar = ALWAYS.contains(&root)
+            || HARNESS_ONLY.contains(&root)
+            || matches!(root, "artifact" | "verdict");
+        // Checked once the variable is known to exist at this node.
+        let field_err = || -> Option<Diagnostic> {
+            if !scalar || root == "reasons" || u.path.len() < 2 {
+                return None;
+            }
+            let what = if root == "verdict" {
+                "the verdict as JSON text"
+            } else {
+                "a single value"
+            };
+            Some(
+                Diagnostic::error(
+                    Code::UnknownVariable,
+                    &t.source,
+                    span.clone(),
+                    format!("`{full}`: `{root}` is {what}, with no fields"),
+                )
+                .label("no such field")
+                .help(format!("write `{{{{{root}}}}}`")),
+            )
+        };
         if ALWAYS.contains(&root) {
-            return None;
+            return field_err();
         }
         if root == "prompt_text" && place == TemplatePlace::Prompt {
             return not_yet(
@@ -535,7 +561,7 @@ impl Pipeline {
         }
         if HARNESS_ONLY.contains(&root) {
             if node.spec.spawns() || place == TemplatePlace::Prompt {
-                return None;
+                return field_err();
             }
             return not_yet(
                 format!("`{root}` is only set for nodes that run a process"),
@@ -546,7 +572,7 @@ impl Pipeline {
         match root {
             "artifact" => {
                 if self.implement_upstream(v) {
-                    return None;
+                    return field_err();
                 }
                 not_yet(
                     "no harness node with role `implement` runs before it".into(),
@@ -558,7 +584,7 @@ impl Pipeline {
             }
             "verdict" => {
                 if self.verdict_upstream(v) {
-                    return None;
+                    return field_err();
                 }
                 let verdict_nodes: Vec<&str> = self
                     .nodes
@@ -1065,6 +1091,21 @@ mod tests {
         p.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, &mut d);
         assert_eq!(d.items.len(), 1, "{:?}", d.items);
         assert_eq!(&src.text[d.items[0].span.clone()], "{prompt}");
+    }
+
+    #[test]
+    fn plain_variables_have_no_fields() {
+        let text = format!(
+            "{HEAD}[nodes.v]\nkind=\"verdict\"\nfrom=\"t\"\nneeds=[\"t\"]\n\
+             [nodes.x]\nkind=\"command\"\nargv=[\"a\"]\nwhen=\"{{{{verdict.pass}}}}\"\nneeds=[\"v\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::UnknownVariable, "verdict.pass"));
+        assert_eq!(d.help.as_deref(), Some("write `{{verdict}}`"));
+        // `reasons` is a list: `{{reasons.0}}` is fine.
+        let ok = text.replace("verdict.pass", "reasons.0");
+        assert!(check(&ok).items.is_empty(), "{:?}", check(&ok).items);
     }
 
     #[test]
