@@ -524,15 +524,27 @@ impl Pipeline {
                 .help(help),
             )
         };
-        // Every variable but `nodes` and `reasons` (a list) is a plain string or number:
-        // `{{verdict.pass}}` would fail when rendered in strict mode.
+        // Every variable but `nodes` is a plain string or number, or (`reasons`) a list
+        // that may be empty: `{{verdict.pass}}` would fail when rendered in strict mode.
         let scalar = ALWAYS.contains(&root)
             || HARNESS_ONLY.contains(&root)
             || matches!(root, "artifact" | "verdict");
         // Checked once the variable is known to exist at this node.
         let field_err = || -> Option<Diagnostic> {
-            if !scalar || root == "reasons" || u.path.len() < 2 {
+            if !scalar || u.path.len() < 2 {
                 return None;
+            }
+            if root == "reasons" {
+                return Some(
+                    Diagnostic::error(
+                        Code::UnknownVariable,
+                        &t.source,
+                        span.clone(),
+                        format!("`{full}`: `reasons` is a list, empty on the first tick, so an element of it may not exist"),
+                    )
+                    .label("may not exist")
+                    .help("loop over it: `{{#each reasons}}- {{this}}\n{{/each}}`"),
+                );
             }
             let what = if root == "verdict" {
                 "the verdict as JSON text"
@@ -1103,9 +1115,15 @@ mod tests {
         let (d, at) = only(&text);
         assert_eq!((d.code, at), (Code::UnknownVariable, "verdict.pass"));
         assert_eq!(d.help.as_deref(), Some("write `{{verdict}}`"));
-        // `reasons` is a list: `{{reasons.0}}` is fine.
-        let ok = text.replace("verdict.pass", "reasons.0");
-        assert!(check(&ok).items.is_empty(), "{:?}", check(&ok).items);
+        // `reasons` is a list that is empty on the first tick.
+        let text = text.replace("verdict.pass", "reasons.0");
+        let (d, _) = only(&text);
+        assert!(
+            d.help
+                .as_deref()
+                .unwrap_or("")
+                .contains("{{#each reasons}}")
+        );
     }
 
     #[test]

@@ -917,3 +917,49 @@ fn without_a_preset_the_verdicts_spend_counts() {
     assert_eq!(s["spent"]["usd"], 0.4, "{s}");
     assert_eq!(s["spent"]["tokens"], 50, "{s}");
 }
+
+/// What `check` says exists at a node really is there when the tick renders it: every
+/// always-set variable and every `nodes.<id>` field, in a real run.
+#[test]
+fn variables_check_accepts_are_set_at_run_time() {
+    use loopflow::pipeline::{ALWAYS, NODE_FIELDS};
+    let p = common::Project::new();
+    assert_eq!(p.create("vars", Some("the task")).code, 0);
+    let mut argv: Vec<String> = vec!["printf".into(), "%s|".into()];
+    argv.extend(ALWAYS.iter().map(|v| format!("{v}={{{{{v}}}}}")));
+    argv.extend(
+        NODE_FIELDS
+            .iter()
+            .map(|f| format!("{f}={{{{nodes.first.{f}}}}}")),
+    );
+    let pipeline = format!(
+        "[nodes.gate]\nkind = \"gate\"\n\
+         [nodes.first]\nkind = \"command\"\nargv = [\"echo\", \"hello\"]\nneeds = [\"gate\"]\n\
+         [nodes.all]\nkind = \"command\"\nargv = {}\nneeds = [\"first\"]\n\
+         [nodes.commit]\nkind = \"commit\"\nneeds = [\"all\"]\n",
+        serde_json::to_string(&argv).expect("json")
+    );
+    p.write(".loopflow/loops/vars/pipeline.toml", &pipeline);
+    let cfg = std::fs::read_to_string(p.loop_dir("vars").join("loop.toml")).expect("loop.toml");
+    p.loop_toml("vars", &format!("pipeline = \"pipeline.toml\"\n{cfg}"));
+    let checked = p.lf(&[
+        "check",
+        ".loopflow/loops/vars/pipeline.toml",
+        ".loopflow/loops/vars/loop.toml",
+    ]);
+    assert_eq!(checked.code, 0, "{checked:?}");
+    let run = p.lf(&["run", "--loop", "vars", "--json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.json()["outcome"], "tick", "{run:?}");
+    let out = std::fs::read_to_string(p.loop_dir("vars").join("outputs/1-all.stdout"))
+        .expect("output of node all");
+    for v in ALWAYS {
+        assert!(
+            out.contains(&format!("|{v}=")) || out.starts_with(&format!("{v}=")),
+            "{v}: {out}"
+        );
+    }
+    assert!(out.contains("loop=vars|"), "{out}");
+    assert!(out.contains("output=hello\n|"), "{out}");
+    assert!(out.contains("exit_code=0|"), "{out}");
+}
