@@ -8,6 +8,7 @@ use indexmap::IndexMap;
 
 use crate::diag::{Code, Diagnostic, Diagnostics, Source, SourceRef, list, suggest};
 use crate::pipeline::{Pipeline, TemplatePlace, duration_key};
+use crate::preset::{Preset, UsageRule};
 use crate::template::Tmpl;
 use crate::toml_read::{self, Str, Table};
 
@@ -48,6 +49,8 @@ pub struct Brakes {
 #[derive(Debug, Clone)]
 pub struct Role {
     pub name: String,
+    /// The span of `<name>` in its `[roles.<name>]` header, for diagnostics.
+    pub name_span: std::ops::Range<usize>,
     pub prompt: Option<(PathBuf, Str)>,
     pub command: Option<Vec<Tmpl>>,
     pub model: Option<String>,
@@ -57,6 +60,76 @@ pub struct Role {
     pub compaction_prompt: Option<(PathBuf, Str)>,
     /// The share of `brakes.context_tokens` past which the compaction prompt is used.
     pub compaction_share: f64,
+    /// The role's own agent keys (`preset`, `model_args`, `usage`); `command` above.
+    pub agent: AgentKeys,
+}
+
+/// The agent keys of a `[harness]` or `[roles.<role>]` table. A key left out falls back
+/// to the table's `preset`, then to `[harness]`, then to its preset, then to the default.
+#[derive(Debug, Clone, Default)]
+pub struct AgentKeys {
+    pub preset: Option<Preset>,
+    pub command: Option<Vec<Tmpl>>,
+    pub model_args: Option<Vec<Tmpl>>,
+    pub usage: UsageRule,
+}
+
+/// A role's agent once presets and overrides are resolved.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    pub preset: Option<&'static str>,
+    pub command: Vec<Tmpl>,
+    /// Appended to `command` when the role names a `model`.
+    pub model_args: Vec<Tmpl>,
+    pub usage: UsageRule,
+}
+
+/// Reads `preset`, `command`, `model_args` and `usage` from a harness or role table.
+fn agent_keys(t: &Table<'_, '_>, diags: &mut Diagnostics) -> AgentKeys {
+    let preset = t.str("preset", diags).and_then(|s| {
+        let found = crate::preset::load(&s.value, diags);
+        if found.is_none() {
+            let names = crate::preset::names();
+            let mut d = Diagnostic::error(
+                Code::InvalidValue,
+                t.source,
+                s.span.clone(),
+                format!("unknown agent preset `{}`", s.value),
+            )
+            .label("not a preset");
+            let near = suggest(&s.value, names.iter().copied()).or_else(|| {
+                names
+                    .iter()
+                    .copied()
+                    .find(|n| s.value.len() >= 3 && n.starts_with(s.value.as_str()))
+            });
+            d = match near {
+                Some(n) => d.help(format!("did you mean `{n}`? Presets: {}", names.join(", "))),
+                None => d.help(format!(
+                    "use one of the presets ({}), or set `command` yourself",
+                    names.join(", ")
+                )),
+            };
+            diags.push(d);
+        }
+        found
+    });
+    let command = argv(t, "command", diags);
+    let model_args = t.str_list("model_args", diags).map(|(v, _)| {
+        v.iter()
+            .map(|s| Tmpl::literal(t.source, &s.value, s.span.clone()))
+            .collect()
+    });
+    let usage = t
+        .table("usage", diags)
+        .map(|u| UsageRule::read(&u, diags))
+        .unwrap_or_default();
+    AgentKeys {
+        preset,
+        command,
+        model_args,
+        usage,
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -67,8 +140,11 @@ pub struct LoopConfig {
     pub work_source: WorkSource,
     pub brakes: Brakes,
     pub interval_seconds: u64,
+    /// `[harness] command`, else its preset's, else [`DEFAULT_HARNESS`].
     pub harness_command: Vec<Tmpl>,
     pub harness_timeout: Option<Duration>,
+    /// `[harness]`'s agent keys, for roles that set none of their own.
+    pub harness: AgentKeys,
     pub roles: IndexMap<String, Role>,
     pub roles_span: Option<std::ops::Range<usize>>,
     pub allow: Vec<Str>,
@@ -232,9 +308,18 @@ impl LoopConfig {
             })
             .collect();
         let mut harness_timeout = None;
+        let mut harness = AgentKeys::default();
         if let Some(t) = root.table("harness", diags) {
-            t.deny_unknown(&["command", "timeout"], diags);
-            if let Some(cmd) = argv(&t, "command", diags) {
+            t.deny_unknown(
+                &["preset", "command", "model_args", "usage", "timeout"],
+                diags,
+            );
+            harness = agent_keys(&t, diags);
+            if let Some(cmd) = harness
+                .command
+                .clone()
+                .or_else(|| harness.preset.as_ref().map(|p| p.command.clone()))
+            {
                 harness_command = cmd;
             }
             harness_timeout = duration_key(&t, "timeout", diags);
@@ -248,7 +333,10 @@ impl LoopConfig {
                 t.deny_unknown(
                     &[
                         "prompt",
+                        "preset",
                         "command",
+                        "model_args",
+                        "usage",
                         "model",
                         "timeout",
                         "cache",
@@ -258,7 +346,8 @@ impl LoopConfig {
                     diags,
                 );
                 let prompt = t.str("prompt", diags).map(|s| (resolve(&s.value), s));
-                let command = argv(&t, "command", diags);
+                let agent = agent_keys(&t, diags);
+                let command = agent.command.clone();
                 let model = t
                     .str("model", diags)
                     .map(|s| s.value)
@@ -288,6 +377,7 @@ impl LoopConfig {
                 roles.insert(
                     name.value.clone(),
                     Role {
+                        name_span: name.span.clone(),
                         name: name.value,
                         prompt,
                         command,
@@ -296,6 +386,7 @@ impl LoopConfig {
                         cache,
                         compaction_prompt,
                         compaction_share,
+                        agent,
                     },
                 );
             }
@@ -340,6 +431,7 @@ impl LoopConfig {
             interval_seconds,
             harness_command,
             harness_timeout,
+            harness,
             roles,
             roles_span,
             allow,
@@ -348,12 +440,97 @@ impl LoopConfig {
         })
     }
 
-    /// The argv templates a role runs: its own `command`, else `[harness] command`.
-    pub fn command_for(&self, role: &str) -> &[Tmpl] {
-        self.roles
-            .get(role)
-            .and_then(|r| r.command.as_deref())
-            .unwrap_or(&self.harness_command)
+    /// A role's agent: each key from the role's table, else the role's preset, else
+    /// `[harness]`, else its preset, else the default command. A role that names its
+    /// own `preset` or `command` runs another agent: nothing of `[harness]` is mixed in.
+    pub fn agent(&self, role: &str) -> Agent {
+        let own = self.roles.get(role).map(|r| &r.agent);
+        let standalone = own.is_some_and(|k| k.preset.is_some() || k.command.is_some());
+        let mut layers: Vec<&AgentKeys> = own.into_iter().collect();
+        if !standalone {
+            layers.push(&self.harness);
+        }
+        let pick = |f: &dyn Fn(&AgentKeys) -> Option<Vec<Tmpl>>| {
+            layers
+                .iter()
+                .find_map(|k| f(k).or_else(|| k.preset.as_ref().and_then(|p| f(&preset_keys(p)))))
+        };
+        let command = pick(&|k| k.command.clone()).unwrap_or_else(|| self.harness_command.clone());
+        let model_args = pick(&|k| k.model_args.clone()).unwrap_or_default();
+        let mut usage = UsageRule::default();
+        for k in &layers {
+            usage = usage.over(&k.usage);
+            if let Some(p) = &k.preset {
+                usage = usage.over(&p.usage);
+            }
+        }
+        Agent {
+            preset: layers
+                .iter()
+                .find_map(|k| k.preset.as_ref().map(|p| p.name)),
+            command,
+            model_args,
+            usage,
+        }
+    }
+
+    /// The argv templates a role runs: its agent's command, plus the agent's model flags
+    /// when the role names a `model`.
+    pub fn command_for(&self, role: &str) -> Vec<Tmpl> {
+        let agent = self.agent(role);
+        let mut argv = agent.command;
+        if self.roles.get(role).is_some_and(|r| r.model.is_some()) {
+            argv.extend(agent.model_args);
+        }
+        argv
+    }
+
+    /// `check --explain`: each role's expanded argv (templates unrendered) and where its
+    /// usage is read from.
+    pub fn explain(&self, pipeline: &Pipeline) -> String {
+        let mut out = format!("{}:\n", self.source.name);
+        let mut seen = Vec::new();
+        for node in &pipeline.nodes {
+            let Some(role) = node.spec.role() else {
+                continue;
+            };
+            if seen.contains(&role.value) {
+                continue;
+            }
+            seen.push(role.value.clone());
+            let agent = self.agent(&role.value);
+            let argv: Vec<String> = self
+                .command_for(&role.value)
+                .iter()
+                .map(|t| t.text.clone())
+                .collect();
+            let from = agent
+                .preset
+                .map_or(String::new(), |p| format!(" (preset {p})"));
+            out.push_str(&format!(
+                "  role {}{from}: {}\n",
+                role.value,
+                crate::node::show_argv(&argv)
+            ));
+            let u = &agent.usage;
+            if !u.is_empty() {
+                let mut parts = vec![match u.format {
+                    Some(crate::preset::OutputFormat::Jsonl) => "stdout as JSON lines".to_string(),
+                    _ => "stdout as JSON".to_string(),
+                }];
+                if let Some(t) = &u.text {
+                    parts.push(format!("answer at {t}"));
+                }
+                if let Some(c) = &u.cost_usd {
+                    parts.push(format!("cost_usd = {}", c.join(" + ")));
+                }
+                if let Some(t) = &u.tokens {
+                    parts.push(format!("tokens = {}", t.join(" + ")));
+                }
+                out.push_str(&format!("    usage: {}\n", parts.join("; ")));
+            }
+        }
+        out
     }
 
     pub fn effective_max_iterations(&self, extra: u64) -> u64 {
@@ -370,24 +547,52 @@ impl LoopConfig {
                 continue;
             };
             let Some(cfg) = self.roles.get(&role.value) else {
-                let span = self.roles_span.clone().unwrap_or(0..0);
                 let known: Vec<&str> = self.roles.keys().map(String::as_str).collect();
+                let near = suggest(&role.value, known.iter().copied()).or_else(|| {
+                    // `verify` vs `verifier`: a long shared prefix is a near miss too.
+                    let shared = |k: &str| {
+                        k.chars()
+                            .zip(role.value.chars())
+                            .take_while(|(a, b)| a == b)
+                            .count()
+                    };
+                    known
+                        .iter()
+                        .copied()
+                        .find(|k| shared(k) >= 4 && 2 * shared(k) >= role.value.len())
+                });
+                // Point at the near-miss table when there is one, else at `[roles]`.
+                let (span, label) = match near.and_then(|n| self.roles.get(n)) {
+                    Some(r) => (
+                        r.name_span.clone(),
+                        format!("`{}` is configured, not `{}`", r.name, role.value),
+                    ),
+                    None => match &self.roles_span {
+                        Some(s) => (
+                            s.clone(),
+                            format!("no `[roles.{}]` among these", role.value),
+                        ),
+                        None => (
+                            0..self.source.text.find('\n').unwrap_or(0),
+                            "this file has no `[roles.<name>]` tables".to_string(),
+                        ),
+                    },
+                };
                 let mut d = Diagnostic::error(
                     Code::MissingRole,
                     &self.source,
                     span,
                     format!(
-                        "role `{}` (node `{}` in {}) has no `[roles.{}]` table",
-                        role.value, node.id.value, pipeline.source.name, role.value
+                        "role `{}` has no `[roles.{}]` table, but node `{}` of {} runs it",
+                        role.value, role.value, node.id.value, pipeline.source.name
                     ),
                 )
-                .label(if self.roles_span.is_some() {
-                    "no such role here"
-                } else {
-                    "this file has no [roles]"
-                });
-                d = match suggest(&role.value, known.iter().copied()) {
-                    Some(s) => d.help(format!("did you mean to name the table `[roles.{}]`? It is `[roles.{s}]`", role.value)),
+                .label(label);
+                d = match near {
+                    Some(s) => d.help(format!(
+                        "rename `[roles.{s}]` to `[roles.{}]`, or change the node's `role`",
+                        role.value
+                    )),
                     None => d.help(format!(
                         "add `[roles.{}]` with `prompt = \"prompts/loop-{}.md\"`; roles configured: {}",
                         role.value,
@@ -398,7 +603,7 @@ impl LoopConfig {
                 diags.push(d);
                 continue;
             };
-            for t in self.command_for(&role.value) {
+            for t in &self.command_for(&role.value) {
                 if matches!(t.origin, crate::template::Origin::Literal(ref r) if *r == (0..0)) {
                     continue; // the built-in default harness
                 }
@@ -409,10 +614,13 @@ impl LoopConfig {
                     Diagnostic::error(
                         Code::MissingKey,
                         &self.source,
-                        self.roles_span.clone().unwrap_or(0..0),
+                        cfg.name_span.clone(),
                         format!("`[roles.{}]` has no `prompt`", role.value),
                     )
-                    .label("this role needs a prompt")
+                    .label(format!(
+                        "node `{}` runs this role, which needs a prompt",
+                        node.id.value
+                    ))
                     .help(format!(
                         "add `prompt = \"prompts/loop-{}.md\"` to `[roles.{}]`",
                         role.value, role.value
@@ -478,30 +686,46 @@ impl LoopConfig {
             .iter()
             .filter_map(|n| n.spec.role().map(|r| r.value.as_str()))
             .collect();
+        // Roles sharing one command (usually `[harness] command`) get one report.
+        let key = |cmd: &[Tmpl]| -> Vec<(String, std::ops::Range<usize>)> {
+            cmd.iter()
+                .map(|t| (t.text.clone(), t.whole_span()))
+                .collect()
+        };
+        let mut reported = Vec::new();
         for role in ["implement", "verify"] {
             if !roles_used.contains(&role) {
                 continue;
             }
             let cmd = self.command_for(role);
-            if cmd.iter().any(|t| t.text.contains("model")) {
+            if cmd.iter().any(|t| t.text.contains("model")) || reported.contains(&key(&cmd)) {
                 continue;
             }
-            let span = cmd
-                .first()
-                .map(|t| t.whole_span())
-                .filter(|s| *s != (0..0))
-                .or_else(|| self.roles_span.clone())
-                .unwrap_or(0..0);
+            reported.push(key(&cmd));
+            let shared = ["implement", "verify"]
+                .iter()
+                .all(|r| key(&self.command_for(r)) == key(&cmd));
+            let whose = if shared {
+                "the command both roles run".to_string()
+            } else {
+                format!("the `{role}` command")
+            };
+            let span = match (cmd.first(), cmd.last()) {
+                (Some(a), Some(b)) if a.whole_span() != (0..0) => {
+                    a.whole_span().start..b.whole_span().end
+                }
+                _ => self.roles.get(role).map_or(0..0, |r| r.name_span.clone()),
+            };
             diags.push(
                 Diagnostic::error(
                     Code::ModelNotPassed,
                     &self.source,
                     span,
                     format!(
-                        "implement uses model `{mi}` and verify `{mv}`, but the `{role}` command never passes `{{{{model}}}}`"
+                        "implement uses model `{mi}` and verify `{mv}`, but {whose} never passes `{{{{model}}}}`"
                     ),
                 )
-                .label("this command runs the agent's default model")
+                .label("this command runs the agent's default model for every role")
                 .help("add the agent's model flag with `{{model}}`, e.g. `\"--model\", \"{{model}}\"`, so verification is really done by a different model"),
             );
         }
@@ -547,6 +771,16 @@ fn check_source_template(t: &Tmpl, key: &str, diags: &mut Diagnostics) {
                 );
             }
         }
+    }
+}
+
+/// A preset's keys as the lowest layer of a table.
+fn preset_keys(p: &Preset) -> AgentKeys {
+    AgentKeys {
+        preset: None,
+        command: Some(p.command.clone()),
+        model_args: Some(p.model_args.clone()),
+        usage: p.usage.clone(),
     }
 }
 

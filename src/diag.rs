@@ -14,6 +14,9 @@ pub struct Source {
     pub name: String,
     pub path: PathBuf,
     pub text: String,
+    /// Byte offsets where lines start, computed on first use (line/column lookups
+    /// stay cheap for files with thousands of diagnostics).
+    line_starts: std::sync::OnceLock<Vec<usize>>,
 }
 
 pub type SourceRef = Arc<Source>;
@@ -28,6 +31,7 @@ impl Source {
             name: name.into(),
             path: path.into(),
             text: text.into(),
+            line_starts: std::sync::OnceLock::new(),
         })
     }
 
@@ -40,10 +44,15 @@ impl Source {
     /// 1-based line and column (in characters) of a byte offset.
     pub fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = floor_char_boundary(&self.text, offset.min(self.text.len()));
-        let before = &self.text[..offset];
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let col = before[line_start..].chars().count() + 1;
+        let starts = self.line_starts.get_or_init(|| {
+            std::iter::once(0)
+                .chain(self.text.match_indices('\n').map(|(i, _)| i + 1))
+                .collect()
+        });
+        // The last line start at or before `offset`.
+        let line = starts.partition_point(|&s| s <= offset).max(1);
+        let line_start = starts[line - 1];
+        let col = self.text[line_start..offset].chars().count() + 1;
         (line, col)
     }
 }
@@ -118,6 +127,7 @@ codes! {
     TemplateSyntax = "template-syntax": "A template is not valid handlebars.",
     MissingRole = "missing-role": "A harness node's role has no `[roles.<role>]` table in loop.toml.",
     MissingPrompt = "missing-prompt": "A role's prompt file does not exist.",
+    MissingFile = "missing-file": "A file that is named (a loop's pipeline, a path given to check) cannot be read.",
     NoCommit = "no-commit": "No `commit` node is reachable, so a tick could never advance the loop.",
     EmptyArgv = "empty-argv": "A command is an empty list, so there is nothing to run.",
     ModelNotPassed = "model-not-passed": "Implement and verify name different models but the harness command never passes `{{model}}`.",
@@ -200,18 +210,21 @@ impl Diagnostic {
 #[derive(Debug, Default)]
 pub struct Diagnostics {
     pub items: Vec<Diagnostic>,
+    /// (code, span, source) of every item, so deduplication stays linear.
+    seen: std::collections::HashSet<(Code, usize, usize, usize)>,
 }
 
 impl Diagnostics {
     pub fn push(&mut self, d: Diagnostic) {
-        // Identical reports (the same template checked for two nodes) are shown once.
-        let dup = self.items.iter().any(|o| {
-            o.code == d.code
-                && o.span == d.span
-                && o.message == d.message
-                && Arc::ptr_eq(&o.source, &d.source)
-        });
-        if !dup {
+        // One report per problem at the same characters: a template shared by several
+        // nodes (`[harness] command`) is reported for the first node it fails at.
+        let key = (
+            d.code,
+            d.span.start,
+            d.span.end,
+            Arc::as_ptr(&d.source) as usize,
+        );
+        if self.seen.insert(key) {
             self.items.push(d);
         }
     }
@@ -335,7 +348,12 @@ pub fn render_human(diags: &Diagnostics, color: bool) -> String {
             d.source.name, line, col, d.severity, d.code, d.message
         ));
         let mut snippet = String::new();
-        if handler.render_report(&mut snippet, &MietteView(d)).is_ok() {
+        if d.source.text.is_empty() {
+            // Nothing to quote (an unreadable file): just the help.
+            if let Some(h) = &d.help {
+                out.push_str(&format!("  help: {h}\n"));
+            }
+        } else if handler.render_report(&mut snippet, &MietteView(d)).is_ok() {
             // miette repeats the message as its first line; the header above already says it.
             let body: Vec<&str> = snippet
                 .lines()
@@ -501,6 +519,8 @@ pub fn render_sarif(diags: &Diagnostics) -> String {
                 "rules": rules,
             }},
             "results": results,
+            // Columns count characters, as in every other format.
+            "columnKind": "unicodeCodePoints",
         }]
     });
     let mut s = serde_json::to_string_pretty(&doc).unwrap_or_default();

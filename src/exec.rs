@@ -942,7 +942,7 @@ fn dry_run(env: &TickEnv<'_>, gate: &crate::brakes::GateReport) -> Summary {
                 tokens: None,
             }),
             seconds: 0.0,
-            cached: false,
+            ..Default::default()
         });
         walk.status[v] = "not_run";
     }

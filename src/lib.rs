@@ -14,6 +14,7 @@ pub mod exit;
 pub mod graph;
 pub mod node;
 pub mod pipeline;
+pub mod preset;
 pub mod process;
 pub mod project;
 pub mod schedule;

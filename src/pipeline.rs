@@ -3,6 +3,7 @@
 //! so `check` reports all of them at once.
 
 use std::ops::Range;
+use std::sync::Arc;
 use std::time::Duration;
 
 use indexmap::IndexMap;
@@ -46,6 +47,10 @@ pub struct Pipeline {
     pub index: IndexMap<String, usize>,
     /// `None` when the graph has cycles (the pipeline is then invalid).
     pub dag: Option<Dag>,
+    /// Nodes producing `verdict` / running role `implement`, as sets, so "is one
+    /// upstream?" is a bitset intersection even in a 10,000-node pipeline.
+    verdict_nodes: std::sync::OnceLock<crate::graph::FixedBitSet>,
+    implement_nodes: std::sync::OnceLock<crate::graph::FixedBitSet>,
 }
 
 /// Parses a duration like `"90s"`, `"30m"`, `"1h30m"` or `"500ms"`.
@@ -156,6 +161,8 @@ impl Pipeline {
             nodes,
             index,
             dag: None,
+            verdict_nodes: std::sync::OnceLock::new(),
+            implement_nodes: std::sync::OnceLock::new(),
         };
         p.check_graph(diags);
         Some(p)
@@ -224,20 +231,35 @@ impl Pipeline {
                         .unwrap_or_else(|| node.id.span.clone());
                     let mut path: Vec<&str> = names.clone();
                     path.push(names[0]);
+                    // A long cycle is shown by its ends: the first and last few nodes.
+                    let shown = if path.len() > 12 {
+                        format!(
+                            "{} → … → {} ({} nodes)",
+                            path[..6].join(" → "),
+                            path[path.len() - 6..].join(" → "),
+                            names.len()
+                        )
+                    } else {
+                        path.join(" → ")
+                    };
+                    let among = if names.len() > 12 {
+                        format!("the {} nodes of the cycle", names.len())
+                    } else {
+                        list(&names)
+                    };
                     diags.push(
                         Diagnostic::error(
                             Code::DependencyCycle,
                             &src,
                             span,
-                            format!("dependency cycle: {}", path.join(" → ")),
+                            format!("dependency cycle: {shown}"),
                         )
                         .label(format!(
                             "`{}` waits for `{}`, which waits for it",
                             names[0], ids[closing]
                         ))
                         .help(format!(
-                            "a node cannot wait for itself; remove one `needs` entry among {}",
-                            list(&names)
+                            "a node cannot wait for itself; remove one `needs` entry among {among}"
                         )),
                     );
                 }
@@ -303,18 +325,34 @@ impl Pipeline {
         let commits: Vec<usize> = (0..self.nodes.len())
             .filter(|&i| self.nodes[i].spec.commits())
             .collect();
-        if commits.is_empty() && !self.nodes.is_empty() {
+        // A node whose kind did not parse might have been the commit: say nothing then.
+        let broken_kind = self.nodes.iter().any(|n| n.kind == "?");
+        if commits.is_empty() && !self.nodes.is_empty() && !broken_kind {
             let header = self
                 .source
                 .text
                 .find("[nodes")
                 .map(|s| s..s + self.source.text[s..].find(']').map_or(6, |e| e + 1))
                 .unwrap_or(0..0);
+            let last = self
+                .dag
+                .as_ref()
+                .and_then(|d| d.order.last())
+                .map_or("…", |&i| self.nodes[i].id.value.as_str());
             diags.push(
-                Diagnostic::error(Code::NoCommit, &self.source, header, "no `commit` node is reachable from the pipeline's roots")
-                    .label("none of these nodes commits")
-                    .help("add `[nodes.commit]` with `kind = \"commit\"` and `needs` on your last node, or the loop never advances"),
+                Diagnostic::error(Code::NoCommit, &self.source, header, "the pipeline has no `commit` node, so a tick could never advance the loop")
+                    .label("none of the nodes from here on has `kind = \"commit\"`")
+                    .help(format!("add `[nodes.commit]` with `kind = \"commit\"` and `needs = [\"{last}\"]` as the pipeline's last node")),
             );
+            return;
+        }
+        // Unreachable warnings after an error (a mistyped `needs`, say) are only echoes
+        // of that error: fix it first.
+        if diags
+            .items
+            .iter()
+            .any(|d| d.is_error() && Arc::ptr_eq(&d.source, &self.source))
+        {
             return;
         }
         for (v, node) in self.nodes.iter().enumerate() {
@@ -349,6 +387,14 @@ impl Pipeline {
         diags: &mut Diagnostics,
     ) {
         for (name, range) in template::legacy_placeholders(&t.text) {
+            // Prose and code samples in a prompt use braces too: there, only a known
+            // variable name in single braces is the old syntax.
+            let known = ALWAYS.contains(&name.as_str())
+                || HARNESS_ONLY.contains(&name.as_str())
+                || matches!(name.as_str(), "artifact" | "verdict");
+            if place == TemplatePlace::Prompt && !known {
+                continue;
+            }
             diags.push(
                 Diagnostic::warning(
                     Code::LegacyPlaceholder,
@@ -383,34 +429,69 @@ impl Pipeline {
 
     /// The variables a template at node `v` can use, for `help:` lines.
     pub fn available(&self, v: usize, place: TemplatePlace) -> Vec<String> {
+        // A node deep in a big pipeline has thousands of upstream nodes: name the nearest
+        // ones and count the rest.
+        const SHOWN_NODES: usize = 12;
         let node = &self.nodes[v];
         let mut out: Vec<String> = ALWAYS.iter().map(|s| s.to_string()).collect();
         if node.spec.spawns() || place == TemplatePlace::Prompt {
             out.extend(HARNESS_ONLY.iter().map(|s| s.to_string()));
         }
         if let Some(dag) = &self.dag {
-            if self.upstream_role(v, "implement").is_some() {
+            if self.implement_upstream(v) {
                 out.push("artifact".into());
             }
-            if (0..self.nodes.len())
-                .any(|u| dag.is_ancestor(u, v) && self.nodes[u].spec.produces_verdict())
-            {
+            if self.verdict_upstream(v) {
                 out.push("verdict".into());
             }
-            for &u in &dag.order {
-                if dag.is_ancestor(u, v) {
-                    out.push(format!("nodes.{}.*", self.nodes[u].id.value));
-                }
+            let total = dag.ancestors[v].count_ones(..);
+            // Ancestors come before `v` in topological order: walk back from it.
+            let pos = dag.order.iter().position(|&u| u == v).unwrap_or(0);
+            let mut near: Vec<usize> = dag.order[..pos]
+                .iter()
+                .rev()
+                .copied()
+                .filter(|&u| dag.is_ancestor(u, v))
+                .take(SHOWN_NODES)
+                .collect();
+            near.reverse();
+            if total > near.len() {
+                out.push(format!("… {} more upstream nodes", total - near.len()));
             }
+            out.extend(
+                near.iter()
+                    .map(|&u| format!("nodes.{}.*", self.nodes[u].id.value)),
+            );
         }
         out
     }
 
-    fn upstream_role(&self, v: usize, role: &str) -> Option<usize> {
-        let dag = self.dag.as_ref()?;
-        (0..self.nodes.len()).find(|&u| {
-            dag.is_ancestor(u, v) && self.nodes[u].spec.role().is_some_and(|r| r.value == role)
-        })
+    fn node_set(&self, pred: impl Fn(&Node) -> bool) -> crate::graph::FixedBitSet {
+        let mut set = crate::graph::FixedBitSet::with_capacity(self.nodes.len());
+        for (i, n) in self.nodes.iter().enumerate() {
+            set.set(i, pred(n));
+        }
+        set
+    }
+
+    /// Whether a verdict node runs before node `v`.
+    fn verdict_upstream(&self, v: usize) -> bool {
+        let set = self
+            .verdict_nodes
+            .get_or_init(|| self.node_set(|n| n.spec.produces_verdict()));
+        self.dag
+            .as_ref()
+            .is_some_and(|dag| !dag.ancestors[v].is_disjoint(set))
+    }
+
+    /// Whether a harness node with role `implement` runs before node `v`.
+    fn implement_upstream(&self, v: usize) -> bool {
+        let set = self.implement_nodes.get_or_init(|| {
+            self.node_set(|n| n.spec.role().is_some_and(|r| r.value == "implement"))
+        });
+        self.dag
+            .as_ref()
+            .is_some_and(|dag| !dag.ancestors[v].is_disjoint(set))
     }
 
     fn check_usage(
@@ -443,12 +524,56 @@ impl Pipeline {
                 .help(help),
             )
         };
+        // Every variable but `nodes` is a plain string or number, or (`reasons`) a list
+        // that may be empty: `{{verdict.pass}}` would fail when rendered in strict mode.
+        let scalar = ALWAYS.contains(&root)
+            || HARNESS_ONLY.contains(&root)
+            || matches!(root, "artifact" | "verdict");
+        // Checked once the variable is known to exist at this node.
+        let field_err = || -> Option<Diagnostic> {
+            if !scalar || u.path.len() < 2 {
+                return None;
+            }
+            if root == "reasons" {
+                return Some(
+                    Diagnostic::error(
+                        Code::UnknownVariable,
+                        &t.source,
+                        span.clone(),
+                        format!("`{full}`: `reasons` is a list, empty on the first tick, so an element of it may not exist"),
+                    )
+                    .label("may not exist")
+                    .help("loop over it: `{{#each reasons}}- {{this}}\n{{/each}}`"),
+                );
+            }
+            let what = if root == "verdict" {
+                "the verdict as JSON text"
+            } else {
+                "a single value"
+            };
+            Some(
+                Diagnostic::error(
+                    Code::UnknownVariable,
+                    &t.source,
+                    span.clone(),
+                    format!("`{full}`: `{root}` is {what}, with no fields"),
+                )
+                .label("no such field")
+                .help(format!("write `{{{{{root}}}}}`")),
+            )
+        };
         if ALWAYS.contains(&root) {
-            return None;
+            return field_err();
+        }
+        if root == "prompt_text" && place == TemplatePlace::Prompt {
+            return not_yet(
+                "a prompt cannot include its own text".into(),
+                "use `prompt_text` in the role's command (argv), not in the prompt file".into(),
+            );
         }
         if HARNESS_ONLY.contains(&root) {
             if node.spec.spawns() || place == TemplatePlace::Prompt {
-                return None;
+                return field_err();
             }
             return not_yet(
                 format!("`{root}` is only set for nodes that run a process"),
@@ -458,8 +583,8 @@ impl Pipeline {
         let dag = self.dag.as_ref()?;
         match root {
             "artifact" => {
-                if self.upstream_role(v, "implement").is_some() {
-                    return None;
+                if self.implement_upstream(v) {
+                    return field_err();
                 }
                 not_yet(
                     "no harness node with role `implement` runs before it".into(),
@@ -470,10 +595,8 @@ impl Pipeline {
                 )
             }
             "verdict" => {
-                if (0..self.nodes.len())
-                    .any(|u| dag.is_ancestor(u, v) && self.nodes[u].spec.produces_verdict())
-                {
-                    return None;
+                if self.verdict_upstream(v) {
+                    return field_err();
                 }
                 let verdict_nodes: Vec<&str> = self
                     .nodes
@@ -481,6 +604,21 @@ impl Pipeline {
                     .filter(|n| n.spec.produces_verdict())
                     .map(|n| n.id.value.as_str())
                     .collect();
+                // A verdict node that runs after this one: `needs` would make a cycle.
+                let downstream = self
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .find(|(x, n)| n.spec.produces_verdict() && dag.is_ancestor(v, *x));
+                if let Some((_, vn)) = downstream {
+                    return not_yet(
+                        format!("the verdict node `{}` runs after it", vn.id.value),
+                        format!(
+                            "this tick's verdict does not exist yet at `{}`; the last tick's verdict is in `reasons` and `next_hint`",
+                            node.id.value
+                        ),
+                    );
+                }
                 let how = match verdict_nodes.first() {
                     Some(vn) => format!(
                         "add `needs = [\"{vn}\"]` (or a node after it) to `[nodes.{}]`",
@@ -535,6 +673,23 @@ impl Pipeline {
                 }
                 if dag.is_ancestor(x, v) {
                     return None;
+                }
+                if x == v || dag.is_ancestor(v, x) {
+                    return not_yet(
+                        if x == v {
+                            "a node cannot read its own outputs".to_string()
+                        } else {
+                            format!(
+                                "node `{id}` runs after it (it depends on `{}`)",
+                                node.id.value
+                            )
+                        },
+                        format!(
+                            "use a node that runs before `{}`; {}",
+                            node.id.value,
+                            avail()
+                        ),
+                    );
                 }
                 not_yet(
                     format!("node `{id}` does not run before it"),
@@ -592,7 +747,14 @@ pub const ALWAYS: &[&str] = &[
     "next_hint",
 ];
 /// Variables set only where a process runs for a role.
-pub const HARNESS_ONLY: &[&str] = &["role", "prompt", "prompt_source", "session_id", "model"];
+pub const HARNESS_ONLY: &[&str] = &[
+    "role",
+    "prompt",
+    "prompt_text",
+    "prompt_source",
+    "session_id",
+    "model",
+];
 /// `nodes.<id>.<field>`
 pub const NODE_FIELDS: &[&str] = &["stdout_path", "stderr_path", "exit_code", "output"];
 
@@ -604,7 +766,17 @@ fn parse_node(id: Str, t: &Table<'_, '_>, diags: &mut Diagnostics) -> Node {
     match (&kind, registered) {
         (None, _) => {
             if t.get("kind").is_none() {
-                t.missing("kind", "kind = \"harness\"", diags);
+                // Guess the kind from the keys that are there.
+                let example = if t.get("argv").is_some() {
+                    "kind = \"command\""
+                } else if t.get("from").is_some() {
+                    "kind = \"verdict\""
+                } else if t.get("message").is_some() {
+                    "kind = \"git-commit\""
+                } else {
+                    "kind = \"harness\""
+                };
+                t.missing("kind", example, diags);
             }
         }
         (Some(k), None) => {
@@ -742,6 +914,217 @@ mod tests {
         let d = check(text);
         assert_eq!(codes(text), ["variable-not-available"]);
         assert_eq!(&text[d.items[0].span.clone()], "verdict");
+    }
+
+    /// The one diagnostic a pipeline yields, with the exact text its span covers.
+    fn only(text: &str) -> (Diagnostic, &str) {
+        let d = check(text);
+        assert_eq!(d.items.len(), 1, "{:#?}", d.items);
+        let d = d.items.into_iter().next().expect("one");
+        let at = &text[d.span.clone()];
+        (d, at)
+    }
+
+    const HEAD: &str = "[nodes.t]\nkind=\"command\"\nargv=[\"a\"]\n";
+
+    #[test]
+    fn verdict_outside_a_verdict_downstream_points_inside_the_string() {
+        let text = format!(
+            "{HEAD}[nodes.v]\nkind=\"verdict\"\nfrom=\"t\"\nneeds=[\"t\"]\n\
+             [nodes.x]\nkind=\"command\"\nargv=[\"echo\", \"pass={{{{ verdict.pass }}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"v\", \"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(d.code, Code::VariableNotAvailable);
+        assert_eq!(at, "verdict.pass");
+        let start = text.find("verdict.pass").expect("in text");
+        assert_eq!(d.span, start..start + "verdict.pass".len());
+        let help = d.help.expect("help");
+        assert!(help.contains("add `needs = [\"v\"]`"), "{help}");
+        assert!(help.contains("available at node `x`"), "{help}");
+        assert!(
+            help.contains("nodes.t.*") && !help.contains("verdict,"),
+            "{help}"
+        );
+    }
+
+    #[test]
+    fn node_outputs_only_from_upstream_nodes() {
+        let text = format!(
+            "{HEAD}[nodes.y]\nkind=\"command\"\nargv=[\"a\"]\n\
+             [nodes.x]\nkind=\"command\"\nargv=[\"show\", \"--code={{{{nodes.y.exit_code}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\", \"y\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(d.code, Code::VariableNotAvailable);
+        assert_eq!(at, "nodes.y.exit_code");
+        assert!(
+            d.message.contains("node `y` does not run before it"),
+            "{}",
+            d.message
+        );
+        assert!(
+            d.help
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("add `needs = [\"y\"]` to `[nodes.x]`")
+        );
+        // Upstream is fine, through any number of nodes.
+        let ok = text.replace("needs=[\"t\"]", "needs=[\"t\", \"y\"]");
+        assert!(check(&ok).items.is_empty(), "{:?}", check(&ok).items);
+    }
+
+    #[test]
+    fn node_outputs_from_downstream_say_so() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"{{{{nodes.c2.output}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c2]\nkind=\"command\"\nargv=[\"a\"]\nneeds=[\"x\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"c2\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(at, "nodes.c2.output");
+        assert!(d.message.contains("runs after it"), "{}", d.message);
+    }
+
+    #[test]
+    fn unknown_variable_suggests_the_nearest() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"--task\", \"{{{{curent_task}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(d.code, Code::UnknownVariable);
+        assert_eq!(at, "curent_task");
+        assert!(
+            d.help
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("did you mean `current_task`?"),
+            "{:?}",
+            d.help
+        );
+        // A typo in a node id gets the same treatment.
+        let text = text.replace("curent_task", "nodes.tt.output");
+        let (d, at) = only(&text);
+        assert_eq!(at, "nodes.tt.output");
+        assert!(
+            d.message.contains("names node `tt`, which does not exist"),
+            "{}",
+            d.message
+        );
+        // And an unknown field of a real node.
+        let text = text.replace("nodes.tt.output", "nodes.t.exitcode");
+        let (d, _) = only(&text);
+        assert!(
+            d.help.as_deref().unwrap_or("").contains("`exit_code`"),
+            "{:?}",
+            d.help
+        );
+    }
+
+    #[test]
+    fn harness_only_variables_are_not_set_for_commands() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"cat\", \"{{{{prompt}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::VariableNotAvailable, "prompt"));
+    }
+
+    #[test]
+    fn single_brace_tokens_warn_with_the_fix() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"run\", \"--prompt-file={{prompt}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!(d.code, Code::LegacyPlaceholder);
+        assert_eq!(d.severity, crate::diag::Severity::Warning);
+        assert_eq!(at, "{prompt}");
+        assert_eq!(
+            d.help.as_deref(),
+            Some("write `{{prompt}}` to substitute the variable")
+        );
+    }
+
+    #[test]
+    fn when_templates_are_checked_with_exact_spans() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"fix\"]\nwhen = \"{{{{not (eq nodes.z.exit_code 0)}}}}\"\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::UnknownVariable, "nodes.z.exit_code"));
+        let (line, col) = d.source.line_col(d.span.start);
+        assert_eq!((line, col), (7, 19));
+    }
+
+    #[test]
+    fn escaped_literals_still_point_at_the_variable() {
+        // A basic string with an escape: the span is found in the raw literal.
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"say \\\"hi\\\" {{{{nope}}}}\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::UnknownVariable, "nope"));
+    }
+
+    #[test]
+    fn unclosed_blocks_point_at_the_opening_tag() {
+        let text = format!(
+            "{HEAD}[nodes.x]\nkind=\"command\"\nargv=[\"a {{{{#if iteration}}}}b\"]\nneeds=[\"t\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::TemplateSyntax, "{{#if iteration}}"));
+        assert!(d.message.contains("never closed"), "{}", d.message);
+    }
+
+    #[test]
+    fn unreachable_warnings_wait_for_errors_to_be_fixed() {
+        // `nede` is an unknown key; the echo (`t` unreachable) is not reported.
+        let text = format!("{HEAD}[nodes.c]\nkind=\"commit\"\nnede=[\"t\"]\n");
+        assert_eq!(codes(&text), ["unknown-key"]);
+        let text = format!("{HEAD}[nodes.c]\nkind=\"commit\"\n");
+        assert_eq!(codes(&text), ["unreachable-node"]);
+    }
+
+    #[test]
+    fn prompts_warn_on_single_braces_only_for_known_variables() {
+        let p = Pipeline::builtin();
+        let v = p.index["implement"];
+        let src = Source::new(
+            "p.md",
+            "p.md",
+            "Fix {task} in `fn f() {x}`; then read {prompt}.\n",
+        );
+        let mut d = Diagnostics::default();
+        p.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, &mut d);
+        assert_eq!(d.items.len(), 1, "{:?}", d.items);
+        assert_eq!(&src.text[d.items[0].span.clone()], "{prompt}");
+    }
+
+    #[test]
+    fn plain_variables_have_no_fields() {
+        let text = format!(
+            "{HEAD}[nodes.v]\nkind=\"verdict\"\nfrom=\"t\"\nneeds=[\"t\"]\n\
+             [nodes.x]\nkind=\"command\"\nargv=[\"a\"]\nwhen=\"{{{{verdict.pass}}}}\"\nneeds=[\"v\"]\n\
+             [nodes.c]\nkind=\"commit\"\nneeds=[\"x\"]\n"
+        );
+        let (d, at) = only(&text);
+        assert_eq!((d.code, at), (Code::UnknownVariable, "verdict.pass"));
+        assert_eq!(d.help.as_deref(), Some("write `{{verdict}}`"));
+        // `reasons` is a list that is empty on the first tick.
+        let text = text.replace("verdict.pass", "reasons.0");
+        let (d, _) = only(&text);
+        assert!(
+            d.help
+                .as_deref()
+                .unwrap_or("")
+                .contains("{{#each reasons}}")
+        );
     }
 
     #[test]

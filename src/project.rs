@@ -196,12 +196,23 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
         }
         toml = out;
     }
+    write_schemas(project)?;
+    let toml = retarget_schema(&toml, "../../schemas/loop.schema.json");
     std::fs::write(paths.dir.join("loop.toml"), toml).map_err(io(&paths.dir))?;
     for (rel, text) in t.files {
         let p = paths.dir.join(rel);
         if let Some(parent) = p.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
+        let text = if rel.ends_with(".toml") {
+            let depth = std::path::Path::new(rel).components().count() - 1;
+            retarget_schema(
+                text,
+                &format!("{}schemas/pipeline.schema.json", "../".repeat(2 + depth)),
+            )
+        } else {
+            text.to_string()
+        };
         std::fs::write(&p, text).map_err(io(&p))?;
     }
     let ignore = paths.dir.join(".gitignore");
@@ -229,6 +240,31 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
         )
         .map_err(|e| CreateError::Io(e.to_string()))?;
     Ok(paths)
+}
+
+/// The JSON Schemas, next to the loops, so the `#:schema` line of a created `loop.toml`
+/// leads editors (taplo, Even Better TOML) to a file that exists.
+fn write_schemas(project: &Path) -> Result<(), CreateError> {
+    let dir = project.join(".loopflow").join("schemas");
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    for name in ["loop", "pipeline"] {
+        let p = dir.join(format!("{name}.schema.json"));
+        let text = crate::schema::get(name).unwrap_or_default();
+        if std::fs::read_to_string(&p).ok().as_deref() != Some(text) {
+            std::fs::write(&p, text).map_err(io(&p))?;
+        }
+    }
+    Ok(())
+}
+
+/// Points a template's `#:schema` first line at `target` (relative to the written file).
+fn retarget_schema(text: &str, target: &str) -> String {
+    match text.split_once('\n') {
+        Some((first, rest)) if first.starts_with("#:schema ") => {
+            format!("#:schema {target}\n{rest}")
+        }
+        _ => text.to_string(),
+    }
 }
 
 fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateError> {

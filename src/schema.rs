@@ -162,12 +162,51 @@ pub mod files {
         pub interval_seconds: Option<u64>,
     }
 
+    /// An agent preset (`presets/<name>.toml`): the argv that agent's CLI accepts for a
+    /// headless run, and where it reports its answer, cost and tokens.
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum PresetName {
+        ClaudeCode,
+        Opencode,
+        Codex,
+        Aider,
+        Gemini,
+        Goose,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(rename_all = "lowercase")]
+    pub enum UsageFormat {
+        Json,
+        Jsonl,
+    }
+
+    /// Where the agent's JSON output holds its answer, cost and tokens (JSON pointers;
+    /// `*` matches every key). Overrides the preset's rule key by key.
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct UsageFile {
+        /// json: stdout is one JSON document; jsonl: one per line (numbers are summed).
+        pub format: Option<UsageFormat>,
+        /// The agent's answer text, which verdict parsing reads.
+        pub text: Option<String>,
+        pub cost_usd: Option<Vec<String>>,
+        pub tokens: Option<Vec<String>>,
+    }
+
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     pub struct HarnessFile {
+        /// An agent preset; keys set next to it (command, model_args, usage) override it.
+        pub preset: Option<PresetName>,
         /// The agent's argv; each element is a handlebars template, never run through a shell.
         pub command: Option<Vec<String>>,
+        /// Appended to the command when a role names a `model`, e.g. ["--model", "{{model}}"].
+        pub model_args: Option<Vec<String>>,
+        pub usage: Option<UsageFile>,
         pub timeout: Option<String>,
     }
 
@@ -177,7 +216,11 @@ pub mod files {
     pub struct RoleFile {
         /// The role's prompt template, relative to this file's directory.
         pub prompt: Option<String>,
+        /// This role's own agent preset; nothing of `[harness]` applies then.
+        pub preset: Option<PresetName>,
         pub command: Option<Vec<String>>,
+        pub model_args: Option<Vec<String>>,
+        pub usage: Option<UsageFile>,
         pub model: Option<String>,
         pub timeout: Option<String>,
         /// Reuse the verdict when task and artifact match an earlier tick (off by default).

@@ -89,6 +89,7 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     if !text.contains("{{") {
         return Ok(Vec::new());
     }
+    check_blocks(text)?;
     if let Err(e) = compiled(text) {
         let range = e
             .pos()
@@ -97,26 +98,21 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
                 start..(start + 2).min(text.len()).max(start)
             })
             .unwrap_or(0..text.len());
-        return Err(ScanError {
-            message: e.reason().to_string(),
-            range,
-        });
+        let reason = e.reason().to_string();
+        // The parser's message lists every grammar rule it expected; nobody needs that.
+        let message = match reason.find(": expected ") {
+            Some(i) => format!("{} here", &reason[..i]),
+            None => reason,
+        };
+        return Err(ScanError { message, range });
     }
     let mut usages = Vec::new();
     let mut context_depth = 0usize;
     let mut i = 0;
     while let Some(found) = find2(&text[i..], b'{') {
         let open = i + found;
-        // `{{{{raw}}}} … {{{{/raw}}}}`: everything inside is literal text.
-        if text[open..].starts_with("{{{{")
-            && let Some(name_end) = text[open + 4..].find("}}}}")
-        {
-            let name = text[open + 4..open + 4 + name_end].trim();
-            let close_tag = format!("{{{{{{{{/{name}}}}}}}}}");
-            let body = open + 4 + name_end + 4;
-            i = text[body..]
-                .find(&close_tag)
-                .map_or(text.len(), |k| body + k + close_tag.len());
+        if let Some(end) = skip_raw_block(text, open) {
+            i = end;
             continue;
         }
         let Some(close_rel) = find2(&text[open..], b'}') else {
@@ -178,6 +174,23 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     Ok(usages)
 }
 
+/// `{{{{raw}}}} … {{{{/raw}}}}` starting at `open`: everything inside is literal text.
+/// Returns the index just past the closing tag (or the end of the text).
+fn skip_raw_block(text: &str, open: usize) -> Option<usize> {
+    if !text[open..].starts_with("{{{{") {
+        return None;
+    }
+    let name_end = text[open + 4..].find("}}}}")?;
+    let name = text[open + 4..open + 4 + name_end].trim();
+    let close_tag = format!("{{{{{{{{/{name}}}}}}}}}");
+    let body = open + 4 + name_end + 4;
+    Some(
+        text[body..]
+            .find(&close_tag)
+            .map_or(text.len(), |k| body + k + close_tag.len()),
+    )
+}
+
 /// Position of the first doubled byte (`{{` or `}}`). A plain byte scan: `str::find`
 /// with a two-byte pattern builds a searcher per call, which dominated `check`.
 fn find2(s: &str, b: u8) -> Option<usize> {
@@ -191,6 +204,70 @@ fn find2(s: &str, b: u8) -> Option<usize> {
         from = at + 1;
     }
     None
+}
+
+/// Unbalanced `{{#block}}…{{/block}}` pairs, reported at the tag that is wrong (the
+/// handlebars parser only says where it gave up: the end of the text).
+fn check_blocks(text: &str) -> Result<(), ScanError> {
+    let mut open: Vec<(String, Range<usize>)> = Vec::new();
+    let mut i = 0;
+    while let Some(found) = find2(&text[i..], b'{') {
+        let start = i + found;
+        if let Some(end) = skip_raw_block(text, start) {
+            i = end;
+            continue;
+        }
+        let Some(close_rel) = find2(&text[start..], b'}') else {
+            return Err(ScanError {
+                message: "`{{` is never closed with `}}`".into(),
+                range: start..start + 2,
+            });
+        };
+        let end = start + close_rel + 2;
+        i = end;
+        if start > 0 && text.as_bytes()[start - 1] == b'\\' {
+            continue;
+        }
+        let inner =
+            text[start + 2..end - 2].trim_matches(|c: char| c == '~' || c == '{' || c == '}');
+        let inner = inner.trim();
+        let name = |s: &str| {
+            s.split(|c: char| c.is_whitespace())
+                .next()
+                .unwrap_or("")
+                .to_string()
+        };
+        if let Some(rest) = inner.strip_prefix('#') {
+            let rest = rest.trim_start_matches(['>', '*']);
+            open.push((name(rest), start..end));
+        } else if let Some(rest) = inner.strip_prefix('/') {
+            let closing = name(rest);
+            match open.pop() {
+                Some((opened, _)) if opened == closing => {}
+                Some((opened, _)) => {
+                    return Err(ScanError {
+                        message: format!("`{{{{/{closing}}}}}` closes a `{{{{#{opened}}}}}` block"),
+                        range: start..end,
+                    });
+                }
+                None => {
+                    return Err(ScanError {
+                        message: format!(
+                            "`{{{{/{closing}}}}}` has no `{{{{#{closing}}}}}` before it"
+                        ),
+                        range: start..end,
+                    });
+                }
+            }
+        }
+    }
+    match open.pop() {
+        Some((opened, range)) => Err(ScanError {
+            message: format!("`{{{{#{opened}}}}}` is never closed: add `{{{{/{opened}}}}}`"),
+            range,
+        }),
+        None => Ok(()),
+    }
 }
 
 fn offset_of(text: &str, line: usize, col: usize) -> usize {
@@ -449,6 +526,28 @@ mod tests {
     fn unknown_helper_and_syntax_errors() {
         assert!(scan("{{frob a b}}").unwrap_err().message.contains("frob"));
         assert!(scan("{{#if a}}").is_err());
+    }
+
+    #[test]
+    fn unbalanced_blocks_point_at_the_wrong_tag() {
+        let e = scan("a {{#if x}}b{{/each}} c").unwrap_err();
+        assert_eq!(e.message, "`{{/each}}` closes a `{{#if}}` block");
+        assert_eq!(e.range, 12..21);
+        let e = scan("{{/if}}").unwrap_err();
+        assert_eq!(e.message, "`{{/if}}` has no `{{#if}}` before it");
+        let e = scan("x {{#each reasons}}- {{this}}").unwrap_err();
+        assert_eq!(e.range, 2..19);
+        assert!(e.message.contains("add `{{/each}}`"), "{}", e.message);
+        let e = scan("x {{y").unwrap_err();
+        assert_eq!(e.range, 2..4);
+        // Escaped and balanced ones are fine.
+        assert!(scan("\\{{#if}} {{#if a}}{{#unless b}}x{{/unless}}{{/if}}").is_ok());
+    }
+
+    #[test]
+    fn parser_errors_are_short() {
+        let e = scan("{{a b c d (}}").unwrap_err();
+        assert!(!e.message.contains("expected escape"), "{}", e.message);
     }
 
     #[test]

@@ -227,6 +227,23 @@ impl<'a, 's> Table<'a, 's> {
     pub fn str_list(&self, key: &str, diags: &mut Diagnostics) -> Option<(Vec<Str>, Range<usize>)> {
         let v = self.get(key)?;
         let DeValue::Array(items) = v.get_ref() else {
+            if let DeValue::String(s) = v.get_ref() {
+                // The commonest slip: one name without the brackets.
+                diags.push(
+                    Diagnostic::error(
+                        Code::WrongType,
+                        self.source,
+                        v.span(),
+                        format!(
+                            "`{}` must be a list of strings, found a string",
+                            self.dotted(key)
+                        ),
+                    )
+                    .label("expected a list of strings")
+                    .help(format!("put it in brackets: `{key} = [{:?}]`", s.as_ref())),
+                );
+                return None;
+            }
             self.wrong_type(key, v, "a list of strings", diags);
             return None;
         };

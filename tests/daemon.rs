@@ -318,12 +318,9 @@ while [ ! -f "{dir}/{other}-started" ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 1
 }
 
 #[test]
-fn max_iterations_zero_exits_at_once_and_bad_names_are_usage_errors() {
+fn bad_names_are_usage_errors() {
+    // (`--max-iterations 0` means no limit, as in the seed's R3: tests/tick.rs.)
     let p = Project::new();
-    daemon_loop(&p, "z", "true", 1);
-    let r = p.lf(&["daemon", "--loop", "z", "--max-iterations", "0"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(tick_iters(&p, "z").is_empty());
     assert_eq!(p.lf(&["daemon", "--loop", "../z"]).code, 2);
     assert_eq!(p.lf(&["daemon"]).code, 2);
 }

@@ -115,7 +115,8 @@ fn create_makes_a_worktree_the_agent_runs_there_and_a_missing_one_skips() {
     );
 
     // Loop state and the worktree never show in the main checkout's git status; only
-    // the loop's configuration (loop.toml, prompts, .gitignore) does.
+    // the loop's configuration (loop.toml, prompts, .gitignore) and the editor schemas
+    // do.
     let status = p.git_cmd(&["status", "--porcelain", "--untracked-files=all"]);
     for line in status.lines() {
         let path = &line[3..];
@@ -123,6 +124,7 @@ fn create_makes_a_worktree_the_agent_runs_there_and_a_missing_one_skips() {
             path.ends_with("loop.toml")
                 || path.ends_with(".md")
                 || path.ends_with(".gitignore")
+                || path.starts_with(".loopflow/schemas/")
                 || path == "agent.sh"
                 || path == "calls.log",
             "loop state in git status: {status}"

@@ -20,6 +20,10 @@ pub struct CheckArgs {
     /// Exit 3 on warnings too.
     #[arg(long)]
     pub deny_warnings: bool,
+    /// Also print each role's expanded argv (after presets and overrides) for every
+    /// loop.toml checked.
+    #[arg(long)]
+    pub explain: bool,
 }
 
 #[derive(Args, Debug)]
@@ -77,8 +81,78 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Checks one file into `diags`.
-pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics) {
+/// Writes to stdout; a closed pipe (`loopflow check | head`) is not an error.
+fn out(text: &str) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
+}
+
+/// Expands a path with glob characters (`*`, `?`, `[`, `{`): the files and directories
+/// under its literal leading directory that match it. `None` when it is not a glob.
+fn glob(pattern: &Path) -> Option<Vec<PathBuf>> {
+    let text = pattern.to_str()?;
+    if !text.contains(['*', '?', '[', '{']) {
+        return None;
+    }
+    let matcher = globset::GlobBuilder::new(text)
+        .literal_separator(true)
+        .build()
+        .ok()?
+        .compile_matcher();
+    // The longest leading run of components without glob characters.
+    let mut base = PathBuf::new();
+    for c in pattern.components() {
+        if c.as_os_str()
+            .to_str()
+            .is_some_and(|s| s.contains(['*', '?', '[', '{']))
+        {
+            break;
+        }
+        base.push(c);
+    }
+    let start = if base.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        base
+    };
+    let mut out = Vec::new();
+    let mut stack = vec![start];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let mut p = e.path();
+            if let Ok(rel) = p.strip_prefix("./") {
+                p = rel.to_path_buf();
+            }
+            let name = p.file_name().and_then(|f| f.to_str()).unwrap_or("");
+            if matches!(
+                name,
+                "target" | ".git" | "node_modules" | "worktree" | "outputs"
+            ) {
+                continue;
+            }
+            if matcher.is_match(&p) {
+                out.push(p.clone());
+            } else if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out.sort();
+    Some(out)
+}
+
+/// Checks one file into `diags`; for a loop.toml, adds its roles' expanded argv to
+/// `explain`.
+fn check_file_explained(
+    path: &Path,
+    base: &Path,
+    diags: &mut Diagnostics,
+    explain: &mut Vec<String>,
+) {
     if is_loop_config(path) {
         match LoopConfig::read(path, base, diags) {
             Err(e) => diags.push(io_diag(path, base, &e)),
@@ -91,13 +165,20 @@ pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics) {
                         Err(e) => {
                             diags.push(
                                 Diagnostic::error(
-                                    Code::MissingKey,
+                                    Code::MissingFile,
                                     &cfg.source,
                                     lit.span.clone(),
-                                    format!("cannot read pipeline: {e}"),
+                                    format!(
+                                        "cannot read pipeline `{}`: {}",
+                                        crate::diag::display_name(p, base),
+                                        io_reason(&e)
+                                    ),
                                 )
-                                .label("this file")
-                                .help("relative paths resolve against the directory of loop.toml"),
+                                .label("this pipeline")
+                                .help(format!(
+                                    "relative paths resolve against {} (the directory of loop.toml); fix the path, or remove `pipeline` to run the built-in tick",
+                                    crate::diag::display_name(&cfg.dir, base)
+                                )),
                             );
                             None
                         }
@@ -105,6 +186,7 @@ pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics) {
                 };
                 if let Some(p) = pipeline {
                     cfg.check_against(&p, base, diags);
+                    explain.push(cfg.explain(&p));
                 }
             }
         }
@@ -118,16 +200,30 @@ pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics) {
     }
 }
 
+/// `std::io::Error` without its "(os error 2)" suffix.
+fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_lowercase(),
+        None => s,
+    }
+}
+
 fn io_diag(path: &Path, base: &Path, e: &std::io::Error) -> Diagnostic {
     let src = Source::new(crate::diag::display_name(path, base), path, "");
+    let help = if e.kind() == std::io::ErrorKind::InvalidData {
+        "loopflow files are UTF-8 text; is this a TOML file?"
+    } else {
+        "check the path and the file's permissions"
+    };
     Diagnostic::error(
-        Code::TomlSyntax,
+        Code::MissingFile,
         &src,
         0..0,
-        format!("cannot read file: {e}"),
+        format!("cannot read {}: {}", src.name, io_reason(e)),
     )
     .label("unreadable")
-    .help("check the path")
+    .help(help)
 }
 
 pub fn check(project: &Path, a: CheckArgs) -> i32 {
@@ -147,26 +243,56 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
             collect(p, &mut files);
         } else if p.exists() {
             files.push(p.clone());
+        } else if let Some(matched) = glob(p) {
+            // A quoted glob (CI configs often pass one): expanded here.
+            if matched.is_empty() {
+                eprintln!("error: no file matches {}", p.display());
+                return exit::USAGE;
+            }
+            for m in matched {
+                if m.is_dir() {
+                    collect(&m, &mut files);
+                } else {
+                    files.push(m);
+                }
+            }
         } else {
             eprintln!("error: {} does not exist", p.display());
             return exit::USAGE;
         }
     }
+    files.dedup();
     let mut diags = Diagnostics::default();
+    let mut explained = Vec::new();
     for f in &files {
-        check_file(f, &base, &mut diags);
+        check_file_explained(f, &base, &mut diags, &mut explained);
+    }
+    if a.explain {
+        // On stdout for people; on stderr when stdout is a machine format.
+        let text = explained.concat();
+        if a.format == Format::Human {
+            out(&text);
+            if !text.is_empty() {
+                out("\n");
+            }
+        } else {
+            eprint!("{text}");
+        }
     }
     diags.sort();
     let color = super::use_color(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    let out = render(&diags, a.format, color);
+    let rendered = render(&diags, a.format, color);
     if a.format == Format::Human {
         if diags.is_empty() {
-            println!("checked {} file(s): no problems found", files.len());
+            out(&format!(
+                "checked {} file(s): no problems found\n",
+                files.len()
+            ));
         } else {
-            print!("{out}");
+            out(&rendered);
         }
     } else {
-        print!("{out}");
+        out(&rendered);
     }
     if diags.has_errors() || (a.deny_warnings && !diags.is_empty()) {
         exit::CONFIG
@@ -190,22 +316,35 @@ pub fn graph(a: GraphArgs) -> i32 {
         eprint!("{}", render(&diags, Format::Human, false));
         return exit::CONFIG;
     };
-    print!("{}", draw(&p, a.format));
+    out(&draw(&p, a.format));
     exit::OK
 }
 
 /// The DAG as Graphviz dot or a Mermaid flowchart, with kinds and roles on the nodes.
 pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
-    let label = |n: &crate::pipeline::Node| match n.spec.role() {
-        Some(r) => format!("{}\\n{} ({})", n.id.value, n.kind, r.value),
-        None => format!("{}\\n{}", n.id.value, n.kind),
+    // `id\nkind (role)`; a node named after its kind (`gate`, `commit`) shows it once.
+    let label = |n: &crate::pipeline::Node| {
+        let kind = match n.spec.role() {
+            Some(r) => format!("{} ({})", n.kind, r.value),
+            None => n.kind.to_string(),
+        };
+        let text = if n.id.value == kind {
+            kind
+        } else {
+            format!("{}\\n{kind}", n.id.value)
+        };
+        match format {
+            GraphFormat::Dot => text.replace('"', "\\\""),
+            GraphFormat::Mermaid => text.replace('"', "#quot;"),
+        }
     };
     let mut s = String::new();
     match format {
         GraphFormat::Dot => {
+            let q = |id: &str| id.replace('"', "\\\"");
             s.push_str(&format!(
                 "digraph \"{}\" {{\n  rankdir=TB;\n  node [shape=box, style=rounded];\n",
-                p.name
+                q(&p.name)
             ));
             for n in &p.nodes {
                 let shape = match n.kind {
@@ -216,7 +355,7 @@ pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
                 };
                 s.push_str(&format!(
                     "  \"{}\" [label=\"{}\"{shape}];\n",
-                    n.id.value,
+                    q(&n.id.value),
                     label(n)
                 ));
             }
@@ -229,7 +368,8 @@ pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
                     };
                     s.push_str(&format!(
                         "  \"{}\" -> \"{}\"{style};\n",
-                        need.value, n.id.value
+                        q(&need.value),
+                        q(&n.id.value)
                     ));
                 }
             }
@@ -270,7 +410,7 @@ pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
 pub fn schema(a: SchemaArgs) -> i32 {
     match crate::schema::get(&a.name) {
         Some(s) => {
-            print!("{s}");
+            out(s);
             exit::OK
         }
         None => exit::USAGE,

@@ -86,6 +86,19 @@ impl NodeSpec for CommitNode {
             WorkSource::Single => None,
             _ => Some(crate::brakes::next_task(env.config, &env.state, env.paths)),
         };
+        // Spend the agent CLIs reported (preset `usage` rules). When there is any, it
+        // replaces the verifier's own guess (`cost_usd` / `tokens` in the verdict), which
+        // would otherwise count the same spend twice.
+        let agent_usd: Option<f64> = ctx
+            .upstream
+            .iter()
+            .filter_map(|(_, o)| o.cost_usd)
+            .reduce(|a, b| a + b);
+        let agent_tokens: Option<u64> = ctx
+            .upstream
+            .iter()
+            .filter_map(|(_, o)| o.tokens)
+            .reduce(|a, b| a + b);
         let goal = verdict
             .as_ref()
             .is_some_and(|v| v.pass && v.score >= brakes.goal_score);
@@ -98,6 +111,8 @@ impl NodeSpec for CommitNode {
             s.spent.seconds += seconds;
             s.spent.usd += usage_usd;
             s.spent.tokens += usage_tokens;
+            s.spent.usd += agent_usd.unwrap_or(0.0);
+            s.spent.tokens += agent_tokens.unwrap_or(0);
             if let Some(v) = &verdict {
                 s.score_history.push(v.score);
                 let window = brakes.score_plateau_window.max(1);
@@ -105,8 +120,12 @@ impl NodeSpec for CommitNode {
                     let drop = s.score_history.len() - window;
                     s.score_history.drain(..drop);
                 }
-                s.spent.usd += v.cost_usd.unwrap_or(0.0);
-                s.spent.tokens += v.tokens.unwrap_or(0);
+                if agent_usd.is_none() {
+                    s.spent.usd += v.cost_usd.unwrap_or(0.0);
+                }
+                if agent_tokens.is_none() {
+                    s.spent.tokens += v.tokens.unwrap_or(0);
+                }
                 s.last_verdict = Some(v.clone());
             }
             match &next {

@@ -111,6 +111,10 @@ impl HarnessNode {
             prompt = render(path)?;
             compacted = Some(c);
         }
+        // Agents that take the prompt as an argument (presets) get its text.
+        if let Value::Object(m) = &mut vars {
+            m.insert("prompt_text".into(), json!(prompt));
+        }
         Ok(Prepared {
             vars,
             prompt_path,
@@ -168,7 +172,7 @@ impl HarnessNode {
             vars,
             upstream: Vec::new(),
         };
-        render_argv(&inner, ctx.env.config.command_for(&self.role.value))
+        render_argv(&inner, &ctx.env.config.command_for(&self.role.value))
     }
 }
 
@@ -216,11 +220,6 @@ impl NodeSpec for HarnessNode {
             },
             _ => None,
         };
-        if let Some(key) = &cache
-            && let Some(out) = cache::replay(ctx, &self.role.value, key)
-        {
-            return NodeRun::Ok(out);
-        }
         let output_path = vars
             .get("output")
             .and_then(Value::as_str)
@@ -235,16 +234,39 @@ impl NodeSpec for HarnessNode {
             .timeout
             .or_else(|| cfg.and_then(|c| c.timeout))
             .or(ctx.env.config.harness_timeout);
+        let usage = ctx.env.config.agent(&self.role.value).usage;
+        // The agent's own report (preset `usage` rule): answer, cost and tokens.
+        let finish = |o: &mut crate::node::NodeOutput| {
+            o.output_path = output_path.clone();
+            if usage.is_empty() {
+                return;
+            }
+            let text = o
+                .stdout_path
+                .as_ref()
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .unwrap_or_default();
+            let u = crate::preset::extract(&usage, &text);
+            o.cost_usd = u.cost_usd;
+            o.tokens = u.tokens;
+            o.answer = u.text;
+        };
+        if let Some(key) = &cache
+            && let Some(mut out) = cache::replay(ctx, &self.role.value, key)
+        {
+            finish(&mut out);
+            return NodeRun::Ok(out);
+        }
         match spawn_node(ctx, &argv, timeout) {
             NodeRun::Ok(mut o) => {
-                o.output_path = output_path;
+                finish(&mut o);
                 if let Some(key) = &cache {
                     cache::store(ctx, &self.role.value, key, o.stdout_path.as_deref());
                 }
                 NodeRun::Ok(o)
             }
             NodeRun::Failed { reason, mut output } => {
-                output.output_path = output_path;
+                finish(&mut output);
                 NodeRun::Failed { reason, output }
             }
             other => other,

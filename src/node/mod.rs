@@ -81,6 +81,11 @@ pub struct NodeOutput {
     pub seconds: f64,
     /// The output was replayed from the verdict cache instead of running the process.
     pub cached: bool,
+    /// Spend the agent reported in its own output (a preset's `usage` rule).
+    pub cost_usd: Option<f64>,
+    pub tokens: Option<u64>,
+    /// The agent's answer extracted from its JSON output; verdict parsing reads it.
+    pub answer: Option<String>,
 }
 
 /// How a node ended.
@@ -193,7 +198,7 @@ pub fn spawn_node(
         output_path: None,
         verdict: None,
         seconds: done.elapsed.as_secs_f64(),
-        cached: false,
+        ..Default::default()
     };
     match done.exit {
         crate::process::Exit::Code(0) => NodeRun::Ok(output),

@@ -49,10 +49,12 @@ impl NodeSpec for VerdictNode {
             return unparseable(format!("node {} produced no output", self.from.value));
         };
         // Read the whole file: the in-memory copy is capped and the verdict is often last.
-        let text = match &src.stdout_path {
-            Some(p) => std::fs::read_to_string(p)
+        // An agent whose output is a JSON envelope (a preset) has its answer extracted.
+        let text = match (&src.answer, &src.stdout_path) {
+            (Some(a), _) => a.clone(),
+            (None, Some(p)) => std::fs::read_to_string(p)
                 .unwrap_or_else(|_| src.output.clone().unwrap_or_default()),
-            None => src.output.clone().unwrap_or_default(),
+            (None, None) => src.output.clone().unwrap_or_default(),
         };
         match crate::verdict::parse(&text) {
             Ok(v) => NodeRun::Ok(NodeOutput {
