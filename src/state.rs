@@ -234,16 +234,41 @@ pub enum LogArg<'a> {
     Kv(&'a str, String),
 }
 
+/// Characters some reader treats as a line break (Rust's `lines`, Python's `splitlines`,
+/// JavaScript's line terminators), or that a terminal acts on: none may reach the log raw,
+/// or a reason could forge an event line.
+fn breaks_lines(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
 /// Quotes a log value when it holds whitespace, quotes or `=`, so lines stay parseable.
+/// Inside quotes every line-breaking character is escaped (`\n`, `\u2028`).
 pub fn quote(v: &str) -> String {
     if v.is_empty()
         || v.chars()
-            .any(|c| c.is_whitespace() || c == '"' || c == '=' || c.is_control())
+            .any(|c| c.is_whitespace() || c == '"' || c == '=' || breaks_lines(c))
     {
-        serde_json::to_string(v).unwrap_or_else(|_| "\"?\"".into())
+        let json = serde_json::to_string(v).unwrap_or_else(|_| "\"?\"".into());
+        // serde_json leaves U+0085, U+2028, U+2029 and DEL raw; escape them too.
+        let mut out = String::with_capacity(json.len());
+        for c in json.chars() {
+            if breaks_lines(c) {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+        out
     } else {
         v.to_string()
     }
+}
+
+/// A bare word in a log line: line-breaking characters become spaces.
+fn word(w: &str) -> String {
+    w.chars()
+        .map(|c| if breaks_lines(c) { ' ' } else { c })
+        .collect()
 }
 
 pub fn append_log(path: &Path, event: &str, args: &[LogArg<'_>]) -> Result<(), StateError> {
@@ -251,7 +276,7 @@ pub fn append_log(path: &Path, event: &str, args: &[LogArg<'_>]) -> Result<(), S
     for a in args {
         line.push(' ');
         match a {
-            LogArg::Word(w) => line.push_str(&w.replace(['\n', '\r'], " ")),
+            LogArg::Word(w) => line.push_str(&word(w)),
             LogArg::Kv(k, v) => {
                 line.push_str(k);
                 line.push('=');
@@ -335,5 +360,8 @@ mod tests {
         assert_eq!(quote("abc"), "abc");
         assert_eq!(quote("extend 5"), "\"extend 5\"");
         assert_eq!(quote(""), "\"\"");
+        assert_eq!(quote("a\u{2028}b"), "\"a\\u2028b\"");
+        assert_eq!(quote("a\u{85}b\u{b}"), "\"a\\u0085b\\u000b\"");
+        assert_eq!(word("a\u{2029}b\rc\u{c}"), "a b c ");
     }
 }
