@@ -246,6 +246,8 @@ pub fn run_tick(
     if !paths.dir.is_dir() {
         return Ok(Summary::bare(name, Outcome::Skip, "unknown_loop", 0));
     }
+    // Before the first write: a planted symlink must not redirect the log, locks or outputs.
+    paths.refuse_symlinks()?;
     if !paths.state.exists() {
         if !opts.dry_run {
             paths.log("SKIP", &[LogArg::Kv("reason", "untracked".into())])?;

@@ -177,6 +177,7 @@ impl LoopPaths {
     /// Read-modify-write of the state under the state lock, so concurrent writers (a
     /// tick's commit, `halt`, `transition` from inside the tick) never lose an update.
     pub fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> Result<(State, R), StateError> {
+        self.refuse_symlinks()?;
         let _guard = self.lock_state()?;
         let mut state = self.load()?;
         let r = f(&mut state);
@@ -184,11 +185,21 @@ impl LoopPaths {
         Ok((state, r))
     }
 
+    /// Refuses a loop directory, `outputs/` or `cache/` that is a symlink: loopflow writes
+    /// only inside the loop's own directory, never where a planted link points.
+    pub fn refuse_symlinks(&self) -> Result<(), StateError> {
+        for p in [&self.dir, &self.outputs, &self.dir.join("cache")] {
+            if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(io_err(p)(io::Error::other(
+                    "is a symlink; loopflow never writes through one (remove it, or move the real directory here)",
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn lock_state(&self) -> Result<File, StateError> {
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
+        let f = nofollow(OpenOptions::new().create(true).truncate(false).write(true))
             .open(&self.state_lock)
             .map_err(io_err(&self.state_lock))?;
         f.lock().map_err(io_err(&self.state_lock))?;
@@ -197,10 +208,7 @@ impl LoopPaths {
 
     /// Takes the tick lock without waiting. `None` when another tick holds it.
     pub fn try_lock_tick(&self) -> Result<Option<File>, StateError> {
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
+        let f = nofollow(OpenOptions::new().create(true).truncate(false).write(true))
             .open(&self.lock)
             .map_err(io_err(&self.lock))?;
         match f.try_lock() {
@@ -285,13 +293,56 @@ pub fn append_log(path: &Path, event: &str, args: &[LogArg<'_>]) -> Result<(), S
         }
     }
     line.push('\n');
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
+    let mut f = nofollow(OpenOptions::new().create(true).append(true))
         .open(path)
         .map_err(io_err(path))?;
+    refuse_hard_link(&f).map_err(io_err(path))?;
     // One write call per line: O_APPEND keeps concurrent writers' lines whole.
     f.write_all(line.as_bytes()).map_err(io_err(path))
+}
+
+/// Adds `O_NOFOLLOW`: opening a path whose last component is a symlink fails (`ELOOP`).
+fn nofollow(o: &mut OpenOptions) -> &mut OpenOptions {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW);
+    }
+    o
+}
+
+/// A file with a second name elsewhere (a hard link an agent planted) is not loopflow's
+/// to append to.
+fn refuse_hard_link(f: &File) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if f.metadata()?.nlink() > 1 {
+            return Err(io::Error::other(
+                "has more than one hard link; loopflow never writes through one (remove it)",
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = f;
+    Ok(())
+}
+
+/// Creates a file loopflow owns (a node's stdout, stderr, prompt) afresh: whatever sits at
+/// `path` (a planted symlink or hard link included) is unlinked first, then the file is
+/// created exclusively, so nothing outside the loop directory is ever truncated or written.
+pub fn create_owned(path: &Path) -> io::Result<File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    nofollow(OpenOptions::new().write(true).create_new(true)).open(path)
+}
+
+/// [`create_owned`], then writes `bytes`.
+pub fn write_owned(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    create_owned(path)?.write_all(bytes)
 }
 
 /// Reads a state file. A file that does not parse is reported with line and column.

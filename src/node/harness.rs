@@ -197,7 +197,7 @@ impl NodeSpec for HarnessNode {
         if let Some(c) = &compacted {
             let _ = ctx.env.paths.log("COMPACT", &[LogArg::Word(c)]);
         }
-        if let Err(e) = std::fs::write(&prompt_path, prompt) {
+        if let Err(e) = crate::state::write_owned(&prompt_path, prompt.as_bytes()) {
             return fail(format!("io:{}: {e}", prompt_path.display()));
         }
         let cache = match ctx.env.config.roles.get(&self.role.value) {

@@ -153,12 +153,12 @@ pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
     let id = &ctx.node.id.value;
     let stdout = ctx.output_file(id, "stdout");
     let stderr = ctx.output_file(id, "stderr");
-    std::fs::write(&stdout, &entry.stdout).ok()?;
+    crate::state::write_owned(&stdout, entry.stdout.as_bytes()).ok()?;
     let note = format!(
         "loopflow: verdict cache hit (task and artifact as in tick {}); {role} was not run\n",
         entry.tick
     );
-    std::fs::write(&stderr, note).ok()?;
+    crate::state::write_owned(&stderr, note.as_bytes()).ok()?;
     let cut = &entry.stdout.as_bytes()[..entry.stdout.len().min(OUTPUT_CAP)];
     Some(NodeOutput {
         exit_code: Some(0),
