@@ -35,6 +35,8 @@ pub struct TickEnv<'a> {
     pub task: Option<String>,
     /// The same task with its title and source (for state and `{{task_title}}`).
     pub work_task: Option<crate::brakes::Task>,
+    /// The length of `.state.log` when the tick started: events after it are this tick's.
+    pub log_start: u64,
 }
 
 /// What one node sees when it runs.
@@ -311,6 +313,7 @@ pub fn run_tick(
         hb: template::engine(),
         cancel,
         dry_run: opts.dry_run,
+        log_start: std::fs::metadata(&paths.log).map_or(0, |m| m.len()),
     };
     if opts.dry_run {
         return Ok(dry_run(&env, &gate));
@@ -749,7 +752,9 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
             )?;
             let max = env.config.brakes.max_consecutive_aborts;
             let (state, _) = paths.update(|s| {
-                s.consecutive_aborts += 1;
+                // Never below the count at tick start: an agent that rewrote the state
+                // file to zero it must not dodge `harness_failing`.
+                s.consecutive_aborts = s.consecutive_aborts.max(env.state.consecutive_aborts) + 1;
             })?;
             summary.reason = Some(format!("{node}:{reason}"));
             if state.consecutive_aborts >= max && !summary.interrupted {
