@@ -347,7 +347,7 @@ pub fn write_owned(path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// Reads a state file. A file that does not parse is reported with line and column.
 pub fn load(path: &Path) -> Result<State, StateError> {
-    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    let text = crate::bounded::read_to_string(path).map_err(io_err(path))?;
     // Look at the version first so a newer format is named as such, not as corruption.
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
         && let Some(found) = v.get("schema_version").and_then(serde_json::Value::as_u64)

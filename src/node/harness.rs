@@ -95,7 +95,7 @@ impl HarnessNode {
             );
         }
         let render = |path: &std::path::Path| -> Result<String, String> {
-            let text = std::fs::read_to_string(path)
+            let text = crate::bounded::read_to_string(path)
                 .map_err(|e| format!("prompt {}: {e}", path.display()))?;
             crate::template::render(&ctx.env.hb, &text, &vars)
                 .map_err(|e| format!("prompt {}: {e}", path.display()))

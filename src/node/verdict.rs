@@ -48,9 +48,11 @@ impl NodeSpec for VerdictNode {
         let Some(src) = ctx.upstream_output(&self.from.value) else {
             return unparseable(format!("node {} produced no output", self.from.value));
         };
-        // Read the whole file: the in-memory copy is capped and the verdict is often last.
+        // The file's tail, not the capped in-memory head: the verdict is usually last. At
+        // most `VERDICT_TAIL` bytes, so endless output cannot exhaust memory.
         let text = match &src.stdout_path {
-            Some(p) => std::fs::read_to_string(p)
+            Some(p) => crate::bounded::tail(p, crate::bounded::VERDICT_TAIL)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .unwrap_or_else(|_| src.output.clone().unwrap_or_default()),
             None => src.output.clone().unwrap_or_default(),
         };
