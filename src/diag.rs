@@ -335,7 +335,15 @@ pub fn render_human(diags: &Diagnostics, color: bool) -> String {
             d.source.name, line, col, d.severity, d.code, d.message
         ));
         let mut snippet = String::new();
-        if handler.render_report(&mut snippet, &MietteView(d)).is_ok() {
+        if snippet_too_wide(d) {
+            out.push_str(&format!(
+                "  {} (the source line is too long to show)\n",
+                d.label
+            ));
+            if let Some(h) = &d.help {
+                out.push_str(&format!("  help: {h}\n"));
+            }
+        } else if handler.render_report(&mut snippet, &MietteView(d)).is_ok() {
             // miette repeats the message as its first line; the header above already says it.
             let body: Vec<&str> = snippet
                 .lines()
@@ -351,6 +359,28 @@ pub fn render_human(diags: &Diagnostics, color: bool) -> String {
     out.push_str(&summary(diags));
     out.push('\n');
     out
+}
+
+/// The longest source line shown in a snippet. miette panics on a label past column
+/// 65 535 (a one-line generated file, say), and such a snippet would help nobody anyway.
+const SNIPPET_MAX_LINE: usize = 1000;
+
+/// Whether the lines a snippet would show (the span's, plus one line of context on each
+/// side) include one longer than [`SNIPPET_MAX_LINE`].
+fn snippet_too_wide(d: &Diagnostic) -> bool {
+    let text = d.source.text.as_str();
+    let start = floor_char_boundary(text, d.span.start.min(text.len()));
+    let end = floor_char_boundary(text, d.span.end.min(text.len())).max(start);
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let from = text[..line_start.saturating_sub(1)]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let line_end = text[end..].find('\n').map_or(text.len(), |i| end + i);
+    let after = (line_end + 1).min(text.len());
+    let to = text[after..].find('\n').map_or(text.len(), |i| after + i);
+    text[from..to]
+        .split('\n')
+        .any(|l| l.len() > SNIPPET_MAX_LINE)
 }
 
 pub fn summary(diags: &Diagnostics) -> String {
