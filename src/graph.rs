@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use petgraph::algo::tarjan_scc;
+use petgraph::algo::kosaraju_scc;
 use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::visit::EdgeRef;
 
@@ -57,7 +57,9 @@ pub fn build(needs: &[Vec<usize>]) -> Result<Dag, Vec<Vec<usize>>> {
 
 fn cycles(graph: &DiGraph<usize, ()>) -> Vec<Vec<usize>> {
     let mut out = Vec::new();
-    for scc in tarjan_scc(graph) {
+    // Kosaraju, not Tarjan: petgraph's Kosaraju is iterative, Tarjan recurses once per node
+    // and overflows the stack on a long chain of needs.
+    for scc in kosaraju_scc(graph) {
         let self_loop = scc.len() == 1 && graph.find_edge(scc[0], scc[0]).is_some();
         if scc.len() < 2 && !self_loop {
             continue;
