@@ -301,7 +301,7 @@ pub fn run_tick(
         paths: &paths,
         config: &loaded.config,
         pipeline: &loaded.pipeline,
-        tick: state.iteration_count + 1,
+        tick: state.iteration_count.saturating_add(1),
         task: gate
             .task
             .as_ref()
@@ -754,7 +754,10 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
             let (state, _) = paths.update(|s| {
                 // Never below the count at tick start: an agent that rewrote the state
                 // file to zero it must not dodge `harness_failing`.
-                s.consecutive_aborts = s.consecutive_aborts.max(env.state.consecutive_aborts) + 1;
+                s.consecutive_aborts = s
+                    .consecutive_aborts
+                    .max(env.state.consecutive_aborts)
+                    .saturating_add(1);
             })?;
             summary.reason = Some(format!("{node}:{reason}"));
             if state.consecutive_aborts >= max && !summary.interrupted {

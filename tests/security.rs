@@ -228,6 +228,33 @@ fn an_agent_resetting_the_abort_counter_still_reaches_harness_failing() {
     );
 }
 
+#[test]
+fn huge_reported_usage_saturates_instead_of_wrapping_the_budget() {
+    let p = Project::new();
+    // Each tick reports the largest token count and cost a verdict can carry: a wrapped
+    // sum would reset the budget brake; an infinite cost would be saved as `null`.
+    let v = r#"{"pass": false, "score": 0.1, "tokens": 18446744073709551615, "cost_usd": 1e308}"#;
+    let a = standard_agent(&p, &[v]);
+    setup(&p, "x", &a, "");
+    for _ in 0..3 {
+        let r = tick(&p, "x");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let s = p.state("x");
+    assert_eq!(s["iteration_count"], 3, "{s}");
+    assert_eq!(s["spent"]["tokens"], u64::MAX, "{s}");
+    assert!(
+        s["spent"]["usd"].as_f64().is_some_and(f64::is_finite),
+        "{s}"
+    );
+    // An approval with an absurd extension saturates too.
+    for _ in 0..2 {
+        let r = p.lf(&["approve", "--loop", "x", "--extend", "18446744073709551615"]);
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    assert_eq!(p.state("x")["extra_iterations"], u64::MAX);
+}
+
 // ---------------------------------------------------------------------------------------
 // Symlinks planted in the loop directory
 

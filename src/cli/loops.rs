@@ -488,7 +488,7 @@ pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
             s.score_history.clear();
         }
         s.consecutive_aborts = 0;
-        s.extra_iterations += extend;
+        s.extra_iterations = s.extra_iterations.saturating_add(extend);
         s.approvals.push(Approval {
             by: by.clone(),
             at: now(),

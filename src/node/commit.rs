@@ -60,8 +60,10 @@ fn reported_usage(path: &std::path::Path) -> (f64, u64) {
         .filter(|x| x.is_finite() && *x >= 0.0)
         .unwrap_or(0.0);
     let tokens = v["tokens"].as_u64().unwrap_or_else(|| {
-        v["usage"]["input_tokens"].as_u64().unwrap_or(0)
-            + v["usage"]["output_tokens"].as_u64().unwrap_or(0)
+        v["usage"]["input_tokens"]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_add(v["usage"]["output_tokens"].as_u64().unwrap_or(0))
     });
     (usd, tokens)
 }
@@ -142,7 +144,9 @@ impl NodeSpec for CommitNode {
             .iter()
             .filter_map(|(_, o)| o.output_path.as_deref())
             .map(reported_usage)
-            .fold((0.0, 0), |(u, t), (du, dt)| (u + du, t + dt));
+            .fold((0.0, 0u64), |(u, t), (du, dt)| {
+                (u + du, t.saturating_add(dt))
+            });
         // Backlog and audit sources: the task after this tick's work (the agent may have
         // checked its item off), so `status` shows what the next tick will take.
         let next = match env.config.work_source {
@@ -183,12 +187,14 @@ impl NodeSpec for CommitNode {
                     iteration: s.iteration_count,
                 });
             }
-            s.iteration_count += 1;
+            s.iteration_count = s.iteration_count.saturating_add(1);
             s.last_tick_at = Some(now());
             s.consecutive_aborts = 0;
             s.spent.seconds += seconds;
-            s.spent.usd += usage_usd;
-            s.spent.tokens += usage_tokens;
+            // Clamped: an infinite sum would be saved as JSON `null` and brick the state file.
+            s.spent.usd = (s.spent.usd + usage_usd).min(f64::MAX);
+            // Saturating: counts come from agents, and a wrapped sum would reset the brakes.
+            s.spent.tokens = s.spent.tokens.saturating_add(usage_tokens);
             if let Some(v) = &verdict {
                 s.score_history.push(v.score);
                 let window = brakes.score_plateau_window.max(1);
@@ -196,8 +202,8 @@ impl NodeSpec for CommitNode {
                     let drop = s.score_history.len() - window;
                     s.score_history.drain(..drop);
                 }
-                s.spent.usd += v.cost_usd.unwrap_or(0.0);
-                s.spent.tokens += v.tokens.unwrap_or(0);
+                s.spent.usd = (s.spent.usd + v.cost_usd.unwrap_or(0.0)).min(f64::MAX);
+                s.spent.tokens = s.spent.tokens.saturating_add(v.tokens.unwrap_or(0));
                 s.last_verdict = Some(v.clone());
             }
             match &next {
