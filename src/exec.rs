@@ -37,6 +37,51 @@ pub struct TickEnv<'a> {
     pub work_task: Option<crate::brakes::Task>,
     /// The length of `.state.log` when the tick started: events after it are this tick's.
     pub log_start: u64,
+    /// The files that steer the loop, with a digest of each at tick start (see [`watch`]).
+    pub watched: Vec<(PathBuf, u64)>,
+}
+
+/// The files that steer a tick (`loop.toml`, the pipeline, every role's prompts) with a
+/// digest of their contents now. The commit compares them again: an agent that edits them
+/// during its tick (raising its own cap, rewriting the verifier's prompt) halts the loop.
+pub fn watch(
+    paths: &LoopPaths,
+    config: &LoopConfig,
+    pipeline: Option<&Path>,
+) -> Vec<(PathBuf, u64)> {
+    let mut files = vec![paths.config()];
+    files.extend(pipeline.map(Path::to_path_buf));
+    for role in config.roles.values() {
+        files.extend(role.prompt.iter().map(|(p, _)| p.clone()));
+        files.extend(role.compaction_prompt.iter().map(|(p, _)| p.clone()));
+    }
+    files.dedup();
+    files
+        .into_iter()
+        .map(|f| {
+            let d = digest(&f);
+            (f, d)
+        })
+        .collect()
+}
+
+/// The watched files whose contents changed since [`watch`].
+pub fn changed_since(watched: &[(PathBuf, u64)]) -> Vec<String> {
+    watched
+        .iter()
+        .filter(|(f, d)| digest(f) != *d)
+        .map(|(f, _)| f.display().to_string())
+        .collect()
+}
+
+fn digest(path: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    match crate::bounded::head(path, crate::bounded::TEXT_MAX + 1) {
+        Ok(bytes) => bytes.hash(&mut h),
+        Err(e) => e.kind().to_string().hash(&mut h),
+    }
+    h.finish()
 }
 
 /// What one node sees when it runs.
@@ -314,6 +359,13 @@ pub fn run_tick(
         cancel,
         dry_run: opts.dry_run,
         log_start: std::fs::metadata(&paths.log).map_or(0, |m| m.len()),
+        watched: watch(
+            &paths,
+            &loaded.config,
+            opts.pipeline
+                .as_deref()
+                .or(loaded.config.pipeline.as_ref().map(|p| p.0.as_path())),
+        ),
     };
     if opts.dry_run {
         return Ok(dry_run(&env, &gate));

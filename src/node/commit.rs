@@ -11,6 +11,9 @@ use crate::state::{Halt, LogArg, State, now};
 
 /// The halt reason when an agent rewrote `.state.loop` during its tick.
 const TAMPERED: &str = "human_intervention:state_tampered";
+
+/// The halt reason when `loop.toml`, the pipeline or a prompt changed during the tick.
+const CONFIG_CHANGED: &str = "human_intervention:config_changed";
 use crate::toml_read::Table;
 
 pub struct Commit;
@@ -158,6 +161,7 @@ impl NodeSpec for CommitNode {
             .is_some_and(|v| v.pass && v.score >= brakes.goal_score);
         let log_len = std::fs::metadata(&env.paths.log).map_or(0, |m| m.len());
         let logged_halt = halt_logged_since(&env.paths.log, env.log_start);
+        let config_changed = crate::exec::changed_since(&env.watched);
         let result = env.paths.update(|s| {
             // Re-read under the state lock: a `transition` or `halt` made during the tick
             // (by the orchestrator, say) is kept. Everything else starts from the state as
@@ -238,6 +242,19 @@ impl NodeSpec for CommitNode {
                     iteration: s.iteration_count,
                 });
                 return Some((TAMPERED, Some(detail)));
+            }
+            if !config_changed.is_empty() && s.halt.is_none() {
+                let detail = format!(
+                    "changed during the tick: {}; review the change, then approve",
+                    config_changed.join(", ")
+                );
+                s.halt = Some(Halt {
+                    reason: CONFIG_CHANGED.into(),
+                    detail: Some(detail.clone()),
+                    at: now(),
+                    iteration: s.iteration_count,
+                });
+                return Some((CONFIG_CHANGED, Some(detail)));
             }
             if goal && s.halt.is_none() {
                 s.halt = Some(Halt {
