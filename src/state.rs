@@ -207,21 +207,47 @@ impl LoopPaths {
     }
 
     /// Takes the tick lock without waiting. `None` when another tick holds it.
-    pub fn try_lock_tick(&self) -> Result<Option<File>, StateError> {
+    pub fn try_lock_tick(&self) -> Result<Option<TickLock>, StateError> {
+        let Some(dir) = self.try_lock_dir()? else {
+            return Ok(None);
+        };
         let f = nofollow(OpenOptions::new().create(true).truncate(false).write(true))
             .open(&self.lock)
             .map_err(io_err(&self.lock))?;
         match f.try_lock() {
-            Ok(()) => Ok(Some(f)),
+            Ok(()) => Ok(Some(TickLock {
+                _dir: dir,
+                _file: f,
+            })),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => Err(io_err(&self.lock)(e)),
         }
     }
 
+    /// The loop directory's own lock, taken with `.lock`: an agent that deletes `.lock`
+    /// during its tick must not let `approve` or a second tick in. `Some(None)` where
+    /// directories cannot be locked.
+    fn try_lock_dir(&self) -> Result<Option<Option<File>>, StateError> {
+        #[cfg(unix)]
+        {
+            let d = File::open(&self.dir).map_err(io_err(&self.dir))?;
+            match d.try_lock() {
+                Ok(()) => Ok(Some(Some(d))),
+                Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+                Err(std::fs::TryLockError::Error(e)) => Err(io_err(&self.dir)(e)),
+            }
+        }
+        #[cfg(not(unix))]
+        Ok(Some(None))
+    }
+
     /// Whether a tick holds the loop right now.
     pub fn tick_running(&self) -> Result<bool, StateError> {
-        if !self.lock.exists() {
+        if !self.dir.is_dir() {
             return Ok(false);
+        }
+        if !self.lock.exists() {
+            return Ok(self.try_lock_dir()?.is_none());
         }
         Ok(self.try_lock_tick()?.is_none())
     }
@@ -230,6 +256,12 @@ impl LoopPaths {
     pub fn log(&self, event: &str, args: &[LogArg<'_>]) -> Result<(), StateError> {
         append_log(&self.log, event, args)
     }
+}
+
+/// Held for the whole of a tick: the `.lock` file and the loop directory, both flocked.
+pub struct TickLock {
+    _dir: Option<File>,
+    _file: File,
 }
 
 pub fn loops_dir(project: &Path) -> PathBuf {

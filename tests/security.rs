@@ -97,6 +97,34 @@ fn an_agent_cannot_approve_or_extend_its_own_loop_mid_tick() {
     assert!(!p.events("x").iter().any(|e| e.starts_with("APPROVE")));
 }
 
+#[test]
+fn deleting_the_lock_file_mid_tick_lets_no_approval_or_second_tick_in() {
+    let p = Project::new();
+    let a = agent(
+        &p,
+        &format!(
+            r#"if [ "$LOOPFLOW_TICK" = 1 ] && [ -z "$NESTED" ]; then
+       rm -f "$LOOPFLOW_PROJECT/.loopflow/loops/$LOOPFLOW_LOOP/.lock"
+       "{lf}" --project "$LOOPFLOW_PROJECT" approve --loop "$LOOPFLOW_LOOP" --extend 50; echo "approve=$?" >> "{rec}"
+       NESTED=1 "{lf}" --project "$LOOPFLOW_PROJECT" run --loop "$LOOPFLOW_LOOP" --json >> "{rec}"
+     fi"#,
+            lf = lf_bin(),
+            rec = p.join("rec").display()
+        ),
+        FAIL,
+    );
+    setup(&p, "x", &a, "");
+    let r = tick(&p, "x");
+    assert_eq!(r.code, 0, "{r:?}");
+    let rec = p.read("rec");
+    assert!(rec.starts_with("approve=1\n"), "{rec}");
+    assert!(rec.contains(r#""reason":"locked""#), "{rec}");
+    let s = p.state("x");
+    assert_eq!(s["iteration_count"], 1, "{s}");
+    assert_eq!(s["extra_iterations"], 0, "{s}");
+    assert_eq!(s["halt"], Value::Null, "{s}");
+}
+
 /// Writes `state` (a JSON value) where the agent will copy it over `.state.loop`.
 fn forged(p: &Project, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
     let mut s = p.state(name);
