@@ -759,6 +759,52 @@ enabled = false
     );
 }
 
+#[test]
+fn status_and_log_never_send_terminal_escapes_an_agent_planted() {
+    let p = Project::new();
+    let a = standard_agent(&p, &[FAIL]);
+    let r = p.lf(&[
+        "create",
+        "--loop",
+        "x",
+        "--no-worktree",
+        "--task",
+        "task\u{1b}]0;owned\u{7}",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    setup_existing(&p, "x", &a);
+    // A halt reason that would clear the screen and print a reassuring line instead.
+    let r = p.lf(&[
+        "halt",
+        "--loop",
+        "x",
+        "--reason",
+        "\u{1b}[2J\u{1b}[Hok \u{9b}31m all good",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    // Raw bytes appended to the log by the agent itself.
+    let log = p.loop_dir("x").join(".state.log");
+    let mut raw = std::fs::read(&log).expect("log");
+    raw.extend_from_slice(b"\x1b[1A\x1b[2Kforged\r\n");
+    std::fs::write(&log, raw).expect("log");
+    for args in [
+        vec!["status"],
+        vec!["status", "--loop", "x"],
+        vec!["log", "--loop", "x"],
+    ] {
+        let r = p.lf(&args);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(
+            !r.stdout.contains('\u{1b}')
+                && !r.stdout.contains('\u{9b}')
+                && !r.stdout.contains('\r'),
+            "{args:?}: {:?}",
+            r.stdout
+        );
+    }
+    assert!(p.lf(&["status"]).stdout.contains("HALTED"));
+}
+
 // ---------------------------------------------------------------------------------------
 // Hostile configurations: bounded, no stack overflow, no hang
 
