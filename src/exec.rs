@@ -370,6 +370,18 @@ pub fn run_tick(
     if opts.dry_run {
         return Ok(dry_run(&env, &gate));
     }
+    // A halt stands until a human approves, whatever the pipeline: one without a gate
+    // node must not run a halted loop's agents either.
+    if let Some(h) = &env.state.halt {
+        let reason = format!("halted:{}", h.reason);
+        paths.log("SKIP", &[LogArg::Kv("reason", reason.clone())])?;
+        return Ok(Summary::bare(
+            name,
+            Outcome::Skip,
+            &reason,
+            env.state.iteration_count,
+        ));
+    }
     std::fs::create_dir_all(&paths.outputs).map_err(|e| StateError::Io {
         path: paths.outputs.clone(),
         source: e,
