@@ -591,6 +591,94 @@ enabled = true
     );
 }
 
+/// A loop in its own worktree whose pipeline is implement → git-commit → commit.
+fn worktree_loop(p: &Project, tools: &Project, agent_body: &str) {
+    let r = p.lf(&["create", "--loop", "x", "--task", "t"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let a = tools.script("agent.sh", agent_body);
+    let pipeline = tools.write(
+        "tick.toml",
+        r#"name = "gc"
+[nodes.implement]
+kind = "harness"
+role = "implement"
+[nodes.gc]
+kind = "git-commit"
+needs = ["implement"]
+[nodes.commit]
+kind = "commit"
+needs = ["gc"]
+"#,
+    );
+    p.loop_toml(
+        "x",
+        &format!(
+            r#"pipeline = "{pipeline}"
+[brakes]
+max_iterations = 10
+context_tokens = 32000
+[harness]
+command = ["{a}"]
+[roles.implement]
+prompt = "prompts/loop-implement.md"
+[worktree]
+enabled = true
+"#,
+            pipeline = pipeline.display(),
+            a = a.display()
+        ),
+    );
+}
+
+#[test]
+fn a_halted_loop_runs_nothing_even_without_a_gate_node() {
+    let p = Project::git();
+    let tools = Project::new();
+    worktree_loop(
+        &p,
+        &tools,
+        &format!("echo ran >> \"{}\"", tools.join("ran").display()),
+    );
+    let r = p.lf(&["halt", "--loop", "x", "--reason", "stop"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = tick(&p, "x");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["outcome"], "skip", "{r:?}");
+    assert!(!tools.join("ran").exists(), "the agent ran while halted");
+    assert_eq!(p.state("x")["iteration_count"], 0);
+}
+
+#[cfg(unix)]
+#[test]
+fn an_agent_cannot_redirect_git_commit_onto_the_main_checkout() {
+    // 1. The worktree's `.git` file is pointed at the main repository's git dir.
+    // 2. The worktree directory is replaced by a symlink to the main checkout.
+    for attack in [
+        r#"echo "gitdir: $LOOPFLOW_PROJECT/.git" > .git; echo evil > evil.txt"#,
+        r#"wt="$PWD"; cd /; rm -rf "$wt"; ln -s "$LOOPFLOW_PROJECT" "$wt"; echo evil > "$LOOPFLOW_PROJECT/evil.txt""#,
+    ] {
+        let p = Project::git();
+        let tools = Project::new();
+        worktree_loop(&p, &tools, attack);
+        let head = p.git_cmd(&["rev-parse", "main"]);
+        let r = tick(&p, "x");
+        assert_eq!(r.code, 0, "{r:?}");
+        assert_eq!(
+            p.git_cmd(&["rev-parse", "main"]),
+            head,
+            "committed on main: {attack}"
+        );
+        let s = p.state("x");
+        assert_eq!(s["iteration_count"], 0, "{s}");
+        assert_eq!(
+            s["halt"]["reason"], "human_intervention:blast_radius",
+            "{s}"
+        );
+        let r = tick(&p, "x");
+        assert_eq!(p.git_cmd(&["rev-parse", "main"]), head, "{r:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Text from agents and tasks is data, never a template or a shell word
 
