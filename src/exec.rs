@@ -370,17 +370,30 @@ pub fn run_tick(
     if opts.dry_run {
         return Ok(dry_run(&env, &gate));
     }
-    // A halt stands until a human approves, whatever the pipeline: one without a gate
-    // node must not run a halted loop's agents either.
-    if let Some(h) = &env.state.halt {
-        let reason = format!("halted:{}", h.reason);
-        paths.log("SKIP", &[LogArg::Kv("reason", reason.clone())])?;
-        return Ok(Summary::bare(
-            name,
-            Outcome::Skip,
-            &reason,
-            env.state.iteration_count,
-        ));
+    // A halt stands until a human approves, and the brakes hold, whatever the pipeline:
+    // one without a gate node gets the gate's verdict before its first node runs.
+    if !loaded.pipeline.nodes.iter().any(|n| n.spec.gates()) {
+        match &gate.verdict {
+            crate::brakes::Verdict::Pass => {}
+            crate::brakes::Verdict::Skip(reason) => {
+                paths.log("SKIP", &[LogArg::Kv("reason", reason.clone())])?;
+                return Ok(Summary::bare(
+                    name,
+                    Outcome::Skip,
+                    reason,
+                    env.state.iteration_count,
+                ));
+            }
+            crate::brakes::Verdict::Halt { reason, detail } => {
+                halt(&paths, reason, Some(detail))?;
+                return Ok(Summary::bare(
+                    name,
+                    Outcome::Halt,
+                    reason,
+                    env.state.iteration_count,
+                ));
+            }
+        }
     }
     std::fs::create_dir_all(&paths.outputs).map_err(|e| StateError::Io {
         path: paths.outputs.clone(),

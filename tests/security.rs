@@ -631,7 +631,7 @@ enabled = true
 }
 
 #[test]
-fn a_halted_loop_runs_nothing_even_without_a_gate_node() {
+fn brakes_hold_even_for_a_pipeline_without_a_gate_node() {
     let p = Project::git();
     let tools = Project::new();
     worktree_loop(
@@ -646,6 +646,20 @@ fn a_halted_loop_runs_nothing_even_without_a_gate_node() {
     assert_eq!(r.json()["outcome"], "skip", "{r:?}");
     assert!(!tools.join("ran").exists(), "the agent ran while halted");
     assert_eq!(p.state("x")["iteration_count"], 0);
+    // The iteration cap holds too.
+    let toml = p
+        .read(".loopflow/loops/x/loop.toml")
+        .replace("max_iterations = 10", "max_iterations = 1");
+    p.loop_toml("x", &toml);
+    assert_eq!(p.lf(&["approve", "--loop", "x"]).code, 0);
+    for _ in 0..3 {
+        let r = tick(&p, "x");
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    assert_eq!(tools.read("ran"), "ran\n", "the agent ran past the cap");
+    let s = p.state("x");
+    assert_eq!(s["iteration_count"], 1, "{s}");
+    assert_eq!(s["halt"]["reason"], "iterations_exhausted", "{s}");
 }
 
 #[cfg(unix)]

@@ -50,6 +50,11 @@ pub trait NodeSpec: Debug + Send + Sync {
     fn commits(&self) -> bool {
         false
     }
+    /// Whether this node applies the brakes. A pipeline without one gets them from the
+    /// executor before its first node: brakes are never optional.
+    fn gates(&self) -> bool {
+        false
+    }
     /// Whether this node spawns a process (and gets the role variables).
     fn spawns(&self) -> bool {
         false
