@@ -342,6 +342,18 @@ pub fn run_tick(
     } else {
         project.to_path_buf()
     };
+    if loaded.config.worktree
+        && std::fs::symlink_metadata(&cwd).is_ok_and(|m| m.file_type().is_symlink())
+    {
+        // Agents would run wherever it points (the main checkout, say), not in isolation.
+        return Err(StateError::Io {
+            path: cwd,
+            source: std::io::Error::other(
+                "the loop's worktree is a symlink; loopflow runs agents only in a real worktree (remove it and run `git worktree repair`, or recreate the loop)",
+            ),
+        }
+        .into());
+    }
     let env = TickEnv {
         paths: &paths,
         config: &loaded.config,

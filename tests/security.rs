@@ -688,8 +688,15 @@ fn an_agent_cannot_redirect_git_commit_onto_the_main_checkout() {
             s["halt"]["reason"], "human_intervention:blast_radius",
             "{s}"
         );
+        // Approved by a human who has not looked: still nothing lands on main.
+        assert_eq!(p.lf(&["approve", "--loop", "x"]).code, 0);
         let r = tick(&p, "x");
+        // The symlinked worktree is refused outright: its agent would run in the main
+        // checkout.
+        let symlinked = attack.contains("ln -s");
+        assert_eq!(r.code, if symlinked { 4 } else { 0 }, "{r:?}");
         assert_eq!(p.git_cmd(&["rev-parse", "main"]), head, "{r:?}");
+        assert_eq!(p.state("x")["iteration_count"], 0);
     }
 }
 
