@@ -125,6 +125,38 @@ fn deleting_the_lock_file_mid_tick_lets_no_approval_or_second_tick_in() {
     assert_eq!(s["halt"], Value::Null, "{s}");
 }
 
+#[test]
+fn legitimate_mid_tick_commands_are_not_mistaken_for_tampering() {
+    let p = Project::new();
+    // The orchestrator moves the task to another phase, as its prompt tells it to.
+    p.write("verdict.json", &format!("{FAIL}\n"));
+    let a = p.script(
+        "agent.sh",
+        &format!(
+            r#"case "$1" in
+  verify) cat "{v}" ;;
+  orchestrate) "{lf}" --project "$LOOPFLOW_PROJECT" transition --loop "$LOOPFLOW_LOOP" --to review ;;
+esac"#,
+            v = p.join("verdict.json").display(),
+            lf = lf_bin()
+        ),
+    );
+    setup(&p, "x", &a, "");
+    let toml = p.read(".loopflow/loops/x/loop.toml").replace(
+        "max_iterations = 10\n",
+        "max_iterations = 10\nrun_phases = [\"implement\", \"review\"]\n",
+    );
+    p.loop_toml("x", &toml);
+    for i in 1..=2 {
+        let r = tick(&p, "x");
+        assert_eq!(r.code, 0, "{r:?}");
+        let s = p.state("x");
+        assert_eq!(s["iteration_count"], i, "{s}");
+        assert_eq!(s["current_phase"], "review", "{s}");
+        assert_eq!(s["halt"], Value::Null, "{s}");
+    }
+}
+
 /// Writes `state` (a JSON value) where the agent will copy it over `.state.loop`.
 fn forged(p: &Project, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
     let mut s = p.state(name);
