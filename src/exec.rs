@@ -572,6 +572,17 @@ fn run_node(ctx: &NodeCtx<'_>) -> (NodeRun, u64) {
     let start = Instant::now();
     let mut attempt = 0;
     loop {
+        // Again before every node: an agent earlier in this tick may have swapped
+        // `outputs/` (or the loop directory) for a symlink.
+        if let Err(e) = ctx.env.paths.refuse_symlinks() {
+            return (
+                NodeRun::Failed {
+                    reason: format!("state:{e}"),
+                    output: NodeOutput::default(),
+                },
+                start.elapsed().as_millis() as u64,
+            );
+        }
         let r = ctx.node.spec.run(ctx);
         if let NodeRun::Failed { reason, .. } = &r
             && attempt < ctx.node.retries

@@ -400,6 +400,36 @@ fn a_symlinked_outputs_dir_is_refused_and_nothing_is_written_through_it() {
 
 #[cfg(unix)]
 #[test]
+fn an_outputs_dir_swapped_for_a_symlink_mid_tick_is_not_written_through() {
+    let p = Project::new();
+    let outside = Project::new();
+    let out = p.loop_dir("x").join("outputs");
+    let a = agent(
+        &p,
+        &format!(
+            r#"mv "{o}" "{o}.old"; ln -s "{d}" "{o}""#,
+            o = out.display(),
+            d = outside.path().display()
+        ),
+        FAIL,
+    );
+    setup(&p, "x", &a, "");
+    // The tick stops at the next node; recording the abort is refused too (exit 4):
+    // the loop directory needs a human before anything more is written.
+    let r = tick(&p, "x");
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("symlink"), "{r:?}");
+    let left: Vec<_> = std::fs::read_dir(outside.path())
+        .expect("outside")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "written outside the loop: {left:?}");
+    assert_eq!(p.state("x")["iteration_count"], 0);
+}
+
+#[cfg(unix)]
+#[test]
 fn output_files_planted_as_symlinks_are_replaced_not_followed() {
     let p = Project::new();
     let outside = Project::new();
