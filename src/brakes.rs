@@ -91,7 +91,7 @@ pub fn current_task(
                 }
                 _ => file.clone(),
             };
-            let text = std::fs::read_to_string(&file).map_err(|e| {
+            let text = crate::bounded::read_to_string(&file).map_err(|e| {
                 format!(
                     "backlog {}: {e} (work_source.file in loop.toml)",
                     file.display()
@@ -217,13 +217,18 @@ pub fn run_audit(
         timeout: Some(AUDIT_TIMEOUT),
         cancel: &cancel,
     });
-    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let lossy = |p: &std::path::Path| {
+        crate::bounded::head(p, crate::bounded::TEXT_MAX)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    };
+    let text = lossy(&out);
     match done.exit {
         crate::process::Exit::Code(0) => {}
         // Linters often exit non-zero exactly when they found something: keep their output.
         crate::process::Exit::Code(_) if !text.trim().is_empty() => {}
         other => {
-            let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+            let stderr = lossy(&err);
             return Err(format!(
                 "audit command `{}` failed ({}): {}",
                 argv.join(" "),

@@ -37,7 +37,7 @@ impl Source {
 
     /// Reads a file, naming it relative to `base` when it lies under it.
     pub fn read(path: &Path, base: &Path) -> std::io::Result<SourceRef> {
-        let text = std::fs::read_to_string(path)?;
+        let text = crate::bounded::read_to_string(path)?;
         Ok(Source::new(display_name(path, base), path, text))
     }
 
@@ -348,8 +348,14 @@ pub fn render_human(diags: &Diagnostics, color: bool) -> String {
             d.source.name, line, col, d.severity, d.code, d.message
         ));
         let mut snippet = String::new();
-        if d.source.text.is_empty() {
-            // Nothing to quote (an unreadable file): just the help.
+        if d.source.text.is_empty() || snippet_too_wide(d) {
+            // Nothing to quote (an unreadable file), or a line too long to show.
+            if !d.source.text.is_empty() {
+                out.push_str(&format!(
+                    "  {} (the source line is too long to show)\n",
+                    d.label
+                ));
+            }
             if let Some(h) = &d.help {
                 out.push_str(&format!("  help: {h}\n"));
             }
@@ -369,6 +375,28 @@ pub fn render_human(diags: &Diagnostics, color: bool) -> String {
     out.push_str(&summary(diags));
     out.push('\n');
     out
+}
+
+/// The longest source line shown in a snippet. miette panics on a label past column
+/// 65 535 (a one-line generated file, say), and such a snippet would help nobody anyway.
+const SNIPPET_MAX_LINE: usize = 1000;
+
+/// Whether the lines a snippet would show (the span's, plus one line of context on each
+/// side) include one longer than [`SNIPPET_MAX_LINE`].
+fn snippet_too_wide(d: &Diagnostic) -> bool {
+    let text = d.source.text.as_str();
+    let start = floor_char_boundary(text, d.span.start.min(text.len()));
+    let end = floor_char_boundary(text, d.span.end.min(text.len())).max(start);
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let from = text[..line_start.saturating_sub(1)]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let line_end = text[end..].find('\n').map_or(text.len(), |i| end + i);
+    let after = (line_end + 1).min(text.len());
+    let to = text[after..].find('\n').map_or(text.len(), |i| after + i);
+    text[from..to]
+        .split('\n')
+        .any(|l| l.len() > SNIPPET_MAX_LINE)
 }
 
 pub fn summary(diags: &Diagnostics) -> String {

@@ -35,6 +35,53 @@ pub struct TickEnv<'a> {
     pub task: Option<String>,
     /// The same task with its title and source (for state and `{{task_title}}`).
     pub work_task: Option<crate::brakes::Task>,
+    /// The length of `.state.log` when the tick started: events after it are this tick's.
+    pub log_start: u64,
+    /// The files that steer the loop, with a digest of each at tick start (see [`watch`]).
+    pub watched: Vec<(PathBuf, u64)>,
+}
+
+/// The files that steer a tick (`loop.toml`, the pipeline, every role's prompts) with a
+/// digest of their contents now. The commit compares them again: an agent that edits them
+/// during its tick (raising its own cap, rewriting the verifier's prompt) halts the loop.
+pub fn watch(
+    paths: &LoopPaths,
+    config: &LoopConfig,
+    pipeline: Option<&Path>,
+) -> Vec<(PathBuf, u64)> {
+    let mut files = vec![paths.config()];
+    files.extend(pipeline.map(Path::to_path_buf));
+    for role in config.roles.values() {
+        files.extend(role.prompt.iter().map(|(p, _)| p.clone()));
+        files.extend(role.compaction_prompt.iter().map(|(p, _)| p.clone()));
+    }
+    files.dedup();
+    files
+        .into_iter()
+        .map(|f| {
+            let d = digest(&f);
+            (f, d)
+        })
+        .collect()
+}
+
+/// The watched files whose contents changed since [`watch`].
+pub fn changed_since(watched: &[(PathBuf, u64)]) -> Vec<String> {
+    watched
+        .iter()
+        .filter(|(f, d)| digest(f) != *d)
+        .map(|(f, _)| f.display().to_string())
+        .collect()
+}
+
+fn digest(path: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    match crate::bounded::head(path, crate::bounded::TEXT_MAX + 1) {
+        Ok(bytes) => bytes.hash(&mut h),
+        Err(e) => e.kind().to_string().hash(&mut h),
+    }
+    h.finish()
 }
 
 /// What one node sees when it runs.
@@ -295,6 +342,8 @@ pub fn run_tick(
     if !paths.dir.is_dir() {
         return Ok(Summary::bare(name, Outcome::Skip, "unknown_loop", 0));
     }
+    // Before the first write: a planted symlink must not redirect the log, locks or outputs.
+    paths.refuse_symlinks()?;
     if !paths.state.exists() {
         if !opts.dry_run {
             paths.log("SKIP", &[LogArg::Kv("reason", "untracked".into())])?;
@@ -344,11 +393,23 @@ pub fn run_tick(
     } else {
         project.to_path_buf()
     };
+    if loaded.config.worktree
+        && std::fs::symlink_metadata(&cwd).is_ok_and(|m| m.file_type().is_symlink())
+    {
+        // Agents would run wherever it points (the main checkout, say), not in isolation.
+        return Err(StateError::Io {
+            path: cwd,
+            source: std::io::Error::other(
+                "the loop's worktree is a symlink; loopflow runs agents only in a real worktree (remove it and run `git worktree repair`, or recreate the loop)",
+            ),
+        }
+        .into());
+    }
     let env = TickEnv {
         paths: &paths,
         config: &loaded.config,
         pipeline: &loaded.pipeline,
-        tick: state.iteration_count + 1,
+        tick: state.iteration_count.saturating_add(1),
         task: gate
             .task
             .as_ref()
@@ -360,6 +421,14 @@ pub fn run_tick(
         hb: template::engine(),
         cancel,
         dry_run: opts.dry_run,
+        log_start: std::fs::metadata(&paths.log).map_or(0, |m| m.len()),
+        watched: watch(
+            &paths,
+            &loaded.config,
+            opts.pipeline
+                .as_deref()
+                .or(loaded.config.pipeline.as_ref().map(|p| p.0.as_path())),
+        ),
     };
     if opts.dry_run {
         return Ok(dry_run(&env, &gate));
@@ -529,6 +598,17 @@ fn run_node(ctx: &NodeCtx<'_>) -> (NodeRun, u64) {
     let start = Instant::now();
     let mut attempt = 0;
     loop {
+        // Again before every node: an agent earlier in this tick may have swapped
+        // `outputs/` (or the loop directory) for a symlink.
+        if let Err(e) = ctx.env.paths.refuse_symlinks() {
+            return (
+                NodeRun::Failed {
+                    reason: format!("state:{e}"),
+                    output: NodeOutput::default(),
+                },
+                start.elapsed().as_millis() as u64,
+            );
+        }
         let r = ctx.node.spec.run(ctx);
         if let NodeRun::Failed { reason, .. } = &r
             && attempt < ctx.node.retries
@@ -557,7 +637,7 @@ fn execute(env: &TickEnv<'_>, parallel: bool) -> Result<Summary, RunError> {
     let mut walk = Walk::new(env);
     // The brakes are universal (D3) and a halt stands until a human approves it (D4): a
     // pipeline without a `gate` node still gets the gate, before any of its nodes runs.
-    if !p.nodes.iter().any(|n| n.kind == "gate") {
+    if !p.nodes.iter().any(|n| n.spec.gates()) {
         match crate::brakes::evaluate(env.config, &env.state, env.paths).verdict {
             crate::brakes::Verdict::Pass => {}
             crate::brakes::Verdict::Skip(r) => return finish(env, walk, End::Skip(r)),
@@ -844,7 +924,12 @@ fn finish(env: &TickEnv<'_>, walk: Walk<'_>, end: End) -> Result<Summary, RunErr
             }
             let max = env.config.brakes.max_consecutive_aborts;
             let (state, _) = paths.update(|s| {
-                s.consecutive_aborts += 1;
+                // Never below the count at tick start: an agent that rewrote the state
+                // file to zero it must not dodge `harness_failing`.
+                s.consecutive_aborts = s
+                    .consecutive_aborts
+                    .max(env.state.consecutive_aborts)
+                    .saturating_add(1);
             })?;
             if state.consecutive_aborts >= max {
                 halt(

@@ -3,6 +3,7 @@
 //! the library's results to exit codes.
 
 pub mod blast;
+pub mod bounded;
 pub mod brakes;
 pub mod cli;
 pub mod config;

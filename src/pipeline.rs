@@ -18,6 +18,9 @@ use crate::toml_read::{self, Str, Table};
 pub const DEFAULT_TICK: &str = include_str!("../pipelines/tick.toml");
 pub const DEFAULT_TICK_NAME: &str = "pipelines/tick.toml (built in)";
 
+/// The most nodes a pipeline may have (far beyond any real tick; bounds the DAG's memory).
+pub const MAX_NODES: usize = 20_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnFailure {
     Abort,
@@ -154,6 +157,25 @@ impl Pipeline {
             ),
             None => {}
         }
+        let too_many = nodes.len() > MAX_NODES;
+        if too_many {
+            // The DAG keeps an ancestor bitset per node (n² bits): a hostile 100 000-node
+            // file would need over a gigabyte before any other check could run.
+            let span = root.key_span("nodes").unwrap_or(0..0);
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    source,
+                    span,
+                    format!(
+                        "the pipeline has {} nodes; loopflow accepts at most {MAX_NODES}",
+                        nodes.len()
+                    ),
+                )
+                .label("too many nodes")
+                .help("split the work into several loops, or generate fewer nodes"),
+            );
+        }
         let mut p = Pipeline {
             source: source.clone(),
             name,
@@ -164,7 +186,9 @@ impl Pipeline {
             verdict_nodes: std::sync::OnceLock::new(),
             implement_nodes: std::sync::OnceLock::new(),
         };
-        p.check_graph(diags);
+        if !too_many {
+            p.check_graph(diags);
+        }
         Some(p)
     }
 

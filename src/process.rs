@@ -99,8 +99,9 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
             elapsed: Duration::ZERO,
         };
     };
-    let files = std::fs::File::create(&spec.stdout)
-        .and_then(|o| Ok((o, std::fs::File::create(&spec.stderr)?)));
+    // Created afresh, never through a symlink or hard link an earlier agent planted.
+    let files = crate::state::create_owned(&spec.stdout)
+        .and_then(|o| Ok((o, crate::state::create_owned(&spec.stderr)?)));
     let (out, err) = match files {
         Ok(f) => f,
         Err(e) => {

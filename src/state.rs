@@ -177,6 +177,7 @@ impl LoopPaths {
     /// Read-modify-write of the state under the state lock, so concurrent writers (a
     /// tick's commit, `halt`, `transition` from inside the tick) never lose an update.
     pub fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> Result<(State, R), StateError> {
+        self.refuse_symlinks()?;
         let _guard = self.lock_state()?;
         let mut state = self.load()?;
         let r = f(&mut state);
@@ -184,11 +185,21 @@ impl LoopPaths {
         Ok((state, r))
     }
 
+    /// Refuses a loop directory, `outputs/` or `cache/` that is a symlink: loopflow writes
+    /// only inside the loop's own directory, never where a planted link points.
+    pub fn refuse_symlinks(&self) -> Result<(), StateError> {
+        for p in [&self.dir, &self.outputs, &self.dir.join("cache")] {
+            if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(io_err(p)(io::Error::other(
+                    "is a symlink; loopflow never writes through one (remove it, or move the real directory here)",
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn lock_state(&self) -> Result<File, StateError> {
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
+        let f = nofollow(OpenOptions::new().create(true).truncate(false).write(true))
             .open(&self.state_lock)
             .map_err(io_err(&self.state_lock))?;
         f.lock().map_err(io_err(&self.state_lock))?;
@@ -196,24 +207,47 @@ impl LoopPaths {
     }
 
     /// Takes the tick lock without waiting. `None` when another tick holds it.
-    pub fn try_lock_tick(&self) -> Result<Option<File>, StateError> {
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
+    pub fn try_lock_tick(&self) -> Result<Option<TickLock>, StateError> {
+        let Some(dir) = self.try_lock_dir()? else {
+            return Ok(None);
+        };
+        let f = nofollow(OpenOptions::new().create(true).truncate(false).write(true))
             .open(&self.lock)
             .map_err(io_err(&self.lock))?;
         match f.try_lock() {
-            Ok(()) => Ok(Some(f)),
+            Ok(()) => Ok(Some(TickLock {
+                _dir: dir,
+                _file: f,
+            })),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => Err(io_err(&self.lock)(e)),
         }
     }
 
+    /// The loop directory's own lock, taken with `.lock`: an agent that deletes `.lock`
+    /// during its tick must not let `approve` or a second tick in. `Some(None)` where
+    /// directories cannot be locked.
+    fn try_lock_dir(&self) -> Result<Option<Option<File>>, StateError> {
+        #[cfg(unix)]
+        {
+            let d = File::open(&self.dir).map_err(io_err(&self.dir))?;
+            match d.try_lock() {
+                Ok(()) => Ok(Some(Some(d))),
+                Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+                Err(std::fs::TryLockError::Error(e)) => Err(io_err(&self.dir)(e)),
+            }
+        }
+        #[cfg(not(unix))]
+        Ok(Some(None))
+    }
+
     /// Whether a tick holds the loop right now.
     pub fn tick_running(&self) -> Result<bool, StateError> {
-        if !self.lock.exists() {
+        if !self.dir.is_dir() {
             return Ok(false);
+        }
+        if !self.lock.exists() {
+            return Ok(self.try_lock_dir()?.is_none());
         }
         Ok(self.try_lock_tick()?.is_none())
     }
@@ -266,6 +300,12 @@ impl LoopPaths {
     }
 }
 
+/// Held for the whole of a tick: the `.lock` file and the loop directory, both flocked.
+pub struct TickLock {
+    _dir: Option<File>,
+    _file: File,
+}
+
 pub fn loops_dir(project: &Path) -> PathBuf {
     project.join(".loopflow").join("loops")
 }
@@ -276,16 +316,41 @@ pub enum LogArg<'a> {
     Kv(&'a str, String),
 }
 
+/// Characters some reader treats as a line break (Rust's `lines`, Python's `splitlines`,
+/// JavaScript's line terminators), or that a terminal acts on: none may reach the log raw,
+/// or a reason could forge an event line.
+fn breaks_lines(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
 /// Quotes a log value when it holds whitespace, quotes or `=`, so lines stay parseable.
+/// Inside quotes every line-breaking character is escaped (`\n`, `\u2028`).
 pub fn quote(v: &str) -> String {
     if v.is_empty()
         || v.chars()
-            .any(|c| c.is_whitespace() || c == '"' || c == '=' || c.is_control())
+            .any(|c| c.is_whitespace() || c == '"' || c == '=' || breaks_lines(c))
     {
-        serde_json::to_string(v).unwrap_or_else(|_| "\"?\"".into())
+        let json = serde_json::to_string(v).unwrap_or_else(|_| "\"?\"".into());
+        // serde_json leaves U+0085, U+2028, U+2029 and DEL raw; escape them too.
+        let mut out = String::with_capacity(json.len());
+        for c in json.chars() {
+            if breaks_lines(c) {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+        out
     } else {
         v.to_string()
     }
+}
+
+/// A bare word in a log line: line-breaking characters become spaces.
+fn word(w: &str) -> String {
+    w.chars()
+        .map(|c| if breaks_lines(c) { ' ' } else { c })
+        .collect()
 }
 
 pub fn append_log(path: &Path, event: &str, args: &[LogArg<'_>]) -> Result<(), StateError> {
@@ -293,7 +358,7 @@ pub fn append_log(path: &Path, event: &str, args: &[LogArg<'_>]) -> Result<(), S
     for a in args {
         line.push(' ');
         match a {
-            LogArg::Word(w) => line.push_str(&w.replace(['\n', '\r'], " ")),
+            LogArg::Word(w) => line.push_str(&word(w)),
             LogArg::Kv(k, v) => {
                 line.push_str(k);
                 line.push('=');
@@ -302,18 +367,61 @@ pub fn append_log(path: &Path, event: &str, args: &[LogArg<'_>]) -> Result<(), S
         }
     }
     line.push('\n');
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
+    let mut f = nofollow(OpenOptions::new().create(true).append(true))
         .open(path)
         .map_err(io_err(path))?;
+    refuse_hard_link(&f).map_err(io_err(path))?;
     // One write call per line: O_APPEND keeps concurrent writers' lines whole.
     f.write_all(line.as_bytes()).map_err(io_err(path))
 }
 
+/// Adds `O_NOFOLLOW`: opening a path whose last component is a symlink fails (`ELOOP`).
+fn nofollow(o: &mut OpenOptions) -> &mut OpenOptions {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW);
+    }
+    o
+}
+
+/// A file with a second name elsewhere (a hard link an agent planted) is not loopflow's
+/// to append to.
+fn refuse_hard_link(f: &File) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if f.metadata()?.nlink() > 1 {
+            return Err(io::Error::other(
+                "has more than one hard link; loopflow never writes through one (remove it)",
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = f;
+    Ok(())
+}
+
+/// Creates a file loopflow owns (a node's stdout, stderr, prompt) afresh: whatever sits at
+/// `path` (a planted symlink or hard link included) is unlinked first, then the file is
+/// created exclusively, so nothing outside the loop directory is ever truncated or written.
+pub fn create_owned(path: &Path) -> io::Result<File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    nofollow(OpenOptions::new().write(true).create_new(true)).open(path)
+}
+
+/// [`create_owned`], then writes `bytes`.
+pub fn write_owned(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    create_owned(path)?.write_all(bytes)
+}
+
 /// Reads a state file. A file that does not parse is reported with line and column.
 pub fn load(path: &Path) -> Result<State, StateError> {
-    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    let text = crate::bounded::read_to_string(path).map_err(io_err(path))?;
     // Look at the version first so a newer format is named as such, not as corruption.
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
         && let Some(found) = v.get("schema_version").and_then(serde_json::Value::as_u64)
@@ -377,5 +485,8 @@ mod tests {
         assert_eq!(quote("abc"), "abc");
         assert_eq!(quote("extend 5"), "\"extend 5\"");
         assert_eq!(quote(""), "\"\"");
+        assert_eq!(quote("a\u{2028}b"), "\"a\\u2028b\"");
+        assert_eq!(quote("a\u{85}b\u{b}"), "\"a\\u0085b\\u000b\"");
+        assert_eq!(word("a\u{2029}b\rc\u{c}"), "a b c ");
     }
 }

@@ -849,7 +849,7 @@ fn a_file_that_is_not_text_is_reported_not_skipped() {
     assert_eq!(out.code, 3, "{out:?}");
     assert_eq!(
         out.stdout,
-        "blob.toml:1:1: error[missing-file]: cannot read blob.toml: stream did not contain valid UTF-8\n  \
+        "blob.toml:1:1: error[missing-file]: cannot read blob.toml: invalid utf-8 sequence of 1 bytes from index 0\n  \
          help: loopflow files are UTF-8 text; is this a TOML file?\n\n1 error, 0 warnings\n"
     );
 }

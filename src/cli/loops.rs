@@ -275,7 +275,7 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
     ];
     let mut table: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for r in rows {
-        let s = |k: &str| r.get(k).and_then(|v| v.as_str()).unwrap_or("-").to_string();
+        let s = |k: &str| printable(r.get(k).and_then(|v| v.as_str()).unwrap_or("-"));
         let iter = format!(
             "{}/{}",
             r["iteration_count"],
@@ -287,7 +287,7 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
             "running".to_string()
         } else {
             match r["halt"]["reason"].as_str() {
-                Some(h) => format!("HALTED {h}"),
+                Some(h) => format!("HALTED {}", printable(h)),
                 None => "ok".into(),
             }
         };
@@ -306,7 +306,9 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
             lim("seconds").map_or(String::new(), |l| format!("/{l:.0}")),
         );
         let task = match r["task_source"].as_str() {
-            Some(src) if r["current_task"].is_string() => format!("{} ({src})", s("current_task")),
+            Some(src) if r["current_task"].is_string() => {
+                format!("{} ({})", s("current_task"), printable(src))
+            }
             _ => s("current_task"),
         };
         table.push(vec![
@@ -348,6 +350,35 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
     out
 }
 
+/// Text from the state (a halt reason, a task title) made safe for a terminal: control
+/// characters (ESC and the rest) are shown escaped, so an agent cannot repaint what a
+/// human reads before approving.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Log bytes made safe for a terminal: line breaks and tabs pass, other control bytes are
+/// shown as `\xNN` (an agent can append to the log file directly).
+fn printable_bytes(buf: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(buf.len());
+    for &b in buf {
+        if (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f {
+            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+        } else {
+            out.push(b);
+        }
+    }
+    out
+}
+
 pub fn log(project: &Path, a: LogArgs) -> i32 {
     let (paths, _) = match open(project, &a.loop_name) {
         Ok(x) => x,
@@ -358,13 +389,20 @@ pub fn log(project: &Path, a: LogArgs) -> i32 {
     loop {
         if let Ok(mut f) = std::fs::File::open(&paths.log) {
             let _ = f.seek(SeekFrom::Start(pos));
-            let mut buf = Vec::new();
-            if f.read_to_end(&mut buf).is_ok() {
-                pos += buf.len() as u64;
-                let mut out = std::io::stdout().lock();
-                if out.write_all(&buf).and_then(|_| out.flush()).is_err() {
+            // In chunks: a log of any size streams in bounded memory.
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut out = std::io::stdout().lock();
+            while let Ok(n) = f.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                pos += n as u64;
+                if out.write_all(&printable_bytes(&buf[..n])).is_err() {
                     return exit::OK; // stdout closed (e.g. `| head`)
                 }
+            }
+            if out.flush().is_err() {
+                return exit::OK;
             }
         }
         if !a.follow {
@@ -486,7 +524,7 @@ pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
             s.score_history.clear();
         }
         s.consecutive_aborts = 0;
-        s.extra_iterations += extend;
+        s.extra_iterations = s.extra_iterations.saturating_add(extend);
         s.approvals.push(Approval {
             by: by.clone(),
             at: now(),

@@ -27,6 +27,10 @@ impl NodeKind for Gate {
 struct GateNode;
 
 impl NodeSpec for GateNode {
+    fn gates(&self) -> bool {
+        true
+    }
+
     fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
         let env = ctx.env;
         match brakes::evaluate(env.config, &env.state, env.paths).verdict {

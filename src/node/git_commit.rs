@@ -94,6 +94,47 @@ pub fn changed_paths(cwd: &Path) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// Checks that `cwd` is still the loop's own linked worktree on its own branch: not a
+/// symlink (to the main checkout, say), not a `.git` file re-pointed at the main
+/// repository, not switched to another branch. Otherwise a commit would land elsewhere.
+fn own_worktree(cwd: &Path, name: &str) -> Result<(), String> {
+    if std::fs::symlink_metadata(cwd).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err("the worktree is a symlink; refusing to commit where it points".into());
+    }
+    let out = ok(
+        git(
+            cwd,
+            &[
+                "rev-parse",
+                "--path-format=absolute",
+                "--show-toplevel",
+                "--git-dir",
+                "--git-common-dir",
+                "--symbolic-full-name",
+                "HEAD",
+            ],
+        )?,
+        "rev-parse",
+    )?;
+    let text = String::from_utf8_lossy(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    let [top, git_dir, common, head] = lines[..] else {
+        return Err(format!("unexpected `git rev-parse` output: {text:?}"));
+    };
+    let same = |a: &str, b: &Path| std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok();
+    if !same(top, cwd) {
+        return Err(format!("git sees the working tree at {top}, not here"));
+    }
+    if same(git_dir, Path::new(common)) {
+        return Err("this is the main checkout's git directory, not a linked worktree".into());
+    }
+    let branch = format!("refs/heads/loopflow/{name}");
+    if head != branch {
+        return Err(format!("HEAD is {head}, not {branch}"));
+    }
+    Ok(())
+}
+
 impl NodeSpec for GitCommitNode {
     fn templates(&self) -> Vec<&Tmpl> {
         self.message.iter().collect()
@@ -105,6 +146,14 @@ impl NodeSpec for GitCommitNode {
             output: NodeOutput::default(),
         };
         let cwd = &ctx.env.cwd;
+        if ctx.env.config.worktree
+            && let Err(why) = own_worktree(cwd, &ctx.env.paths.name)
+        {
+            return NodeRun::Halt {
+                reason: "human_intervention:blast_radius".into(),
+                detail: Some(format!("{}: {why}", cwd.display())),
+            };
+        }
         let radius = match Radius::new(cwd, ctx.env.config) {
             Ok(r) => r,
             Err(e) => return fail(format!("blast_radius:{e}")),

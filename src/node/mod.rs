@@ -50,6 +50,11 @@ pub trait NodeSpec: Debug + Send + Sync {
     fn commits(&self) -> bool {
         false
     }
+    /// Whether this node applies the brakes. A pipeline without one gets them from the
+    /// executor before its first node: brakes are never optional.
+    fn gates(&self) -> bool {
+        false
+    }
     /// Whether this node spawns a process (and gets the role variables).
     fn spawns(&self) -> bool {
         false
@@ -188,13 +193,13 @@ pub fn spawn_node(
         cancel: ctx.env.cancel,
     };
     let done = crate::process::run(&spec);
-    let text = std::fs::read(&stdout).unwrap_or_default();
-    let cut = &text[..text.len().min(OUTPUT_CAP)];
+    // Only the capped head: a runaway agent's gigabytes stay on disk.
+    let cut = crate::bounded::head(&stdout, OUTPUT_CAP as u64).unwrap_or_default();
     let output = NodeOutput {
         exit_code: done.exit.code(),
         stdout_path: Some(stdout),
         stderr_path: Some(stderr),
-        output: Some(String::from_utf8_lossy(cut).into_owned()),
+        output: Some(String::from_utf8_lossy(&cut).into_owned()),
         output_path: None,
         verdict: None,
         seconds: done.elapsed.as_secs_f64(),

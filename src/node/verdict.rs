@@ -48,11 +48,13 @@ impl NodeSpec for VerdictNode {
         let Some(src) = ctx.upstream_output(&self.from.value) else {
             return unparseable(format!("node {} produced no output", self.from.value));
         };
-        // Read the whole file: the in-memory copy is capped and the verdict is often last.
         // An agent whose output is a JSON envelope (a preset) has its answer extracted.
+        // Otherwise the file's tail, not the capped in-memory head: the verdict is usually
+        // last. At most `VERDICT_TAIL` bytes, so endless output cannot exhaust memory.
         let text = match (&src.answer, &src.stdout_path) {
             (Some(a), _) => a.clone(),
-            (None, Some(p)) => std::fs::read_to_string(p)
+            (None, Some(p)) => crate::bounded::tail(p, crate::bounded::VERDICT_TAIL)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .unwrap_or_else(|_| src.output.clone().unwrap_or_default()),
             (None, None) => src.output.clone().unwrap_or_default(),
         };
@@ -62,7 +64,22 @@ impl NodeSpec for VerdictNode {
                 verdict: Some(v),
                 ..Default::default()
             }),
-            Err(e) => unparseable(format!("{e} (in the stdout of node {})", self.from.value)),
+            Err(e) => {
+                let big = src
+                    .stdout_path
+                    .as_ref()
+                    .and_then(|p| std::fs::metadata(p).ok())
+                    .is_some_and(|m| m.len() > crate::bounded::VERDICT_TAIL);
+                let note = if big && src.answer.is_none() {
+                    " (only the last MiB of a longer output is read: print the verdict last)"
+                } else {
+                    ""
+                };
+                unparseable(format!(
+                    "{e} (in the stdout of node {}){note}",
+                    self.from.value
+                ))
+            }
         }
     }
 

@@ -109,8 +109,24 @@ fn tree_hash(dir: &Path, h: &mut Fnv) -> Result<(), String> {
     files.dedup();
     for f in files {
         h.field(f.as_bytes());
-        match std::fs::read(dir.join(&f)) {
-            Ok(bytes) => h.field(&bytes),
+        // As git sees it: a symlink is its target text, and only regular files are read
+        // (a symlink to /dev/zero or a fifo must not exhaust memory or block the tick).
+        let p = dir.join(&f);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                h.field(b"\0symlink");
+                h.field(
+                    std::fs::read_link(&p)
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .as_bytes(),
+                );
+            }
+            Ok(m) if m.is_file() => match std::fs::read(&p) {
+                Ok(bytes) => h.field(&bytes),
+                Err(_) => h.field(b"\0unreadable"),
+            },
+            Ok(_) => h.field(b"\0special"),
             // Deleted but still tracked: the deletion is part of the content.
             Err(_) => h.field(b"\0deleted"),
         }
@@ -139,7 +155,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String> {
 }
 
 fn load(path: &Path) -> CacheFile {
-    std::fs::read_to_string(path)
+    crate::bounded::read_to_string(path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default()
@@ -153,12 +169,12 @@ pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
     let id = &ctx.node.id.value;
     let stdout = ctx.output_file(id, "stdout");
     let stderr = ctx.output_file(id, "stderr");
-    std::fs::write(&stdout, &entry.stdout).ok()?;
+    crate::state::write_owned(&stdout, entry.stdout.as_bytes()).ok()?;
     let note = format!(
         "loopflow: verdict cache hit (task and artifact as in tick {}); {role} was not run\n",
         entry.tick
     );
-    std::fs::write(&stderr, note).ok()?;
+    crate::state::write_owned(&stderr, note.as_bytes()).ok()?;
     let cut = &entry.stdout.as_bytes()[..entry.stdout.len().min(OUTPUT_CAP)];
     Some(NodeOutput {
         exit_code: Some(0),
@@ -173,7 +189,7 @@ pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
 /// Remembers a successful run's stdout under `key` when it holds a verdict (best-effort: a cache that cannot be
 /// written only means the next identical tick grades again).
 pub fn store(ctx: &NodeCtx<'_>, role: &str, key: &str, stdout: Option<&Path>) {
-    let Some(text) = stdout.and_then(|p| std::fs::read_to_string(p).ok()) else {
+    let Some(text) = stdout.and_then(|p| crate::bounded::read_to_string(p).ok()) else {
         return;
     };
     // Only a verdict is worth replaying: output that does not parse halts the loop, and
