@@ -90,7 +90,13 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
         return Ok(Vec::new());
     }
     check_blocks(text)?;
-    if let Err(e) = compiled(text) {
+    // Plain `{{a.b}}` mustaches cannot be a syntax error: leave handlebars' (slow) parser
+    // for rendering time, so `check` on a 10,000-node pipeline stays cheap.
+    if let Err(e) = if only_plain_mustaches(text) {
+        Ok(())
+    } else {
+        compiled(text).map(|_| ())
+    } {
         let range = e
             .pos()
             .map(|(line, col)| {
@@ -172,6 +178,44 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
         }
     }
     Ok(usages)
+}
+
+/// Whether every mustache in `text` is a plain variable path (`{{ nodes.x-y.exit_code }}`):
+/// such a template is valid handlebars by construction.
+fn only_plain_mustaches(text: &str) -> bool {
+    let mut i = 0;
+    let (mut opens, mut closes) = (0usize, 0usize);
+    while let Some(found) = find2(&text[i..], b'{') {
+        let open = i + found;
+        let Some(close_rel) = find2(&text[open + 2..], b'}') else {
+            return false;
+        };
+        let inner = text[open + 2..open + 2 + close_rel].trim();
+        let path_ok = inner.split('.').all(|seg| {
+            !seg.is_empty()
+                && seg
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+        });
+        let first_ok = inner
+            .bytes()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_');
+        if !(path_ok && first_ok)
+            || inner == "else"
+            || (open > 0 && text.as_bytes()[open - 1] == b'\\')
+        {
+            return false;
+        }
+        opens += 1;
+        i = open + 2 + close_rel + 2;
+    }
+    let mut k = 0;
+    while let Some(found) = find2(&text[k..], b'}') {
+        closes += 1;
+        k += found + 2;
+    }
+    opens == closes
 }
 
 /// `{{{{raw}}}} … {{{{/raw}}}}` starting at `open`: everything inside is literal text.
@@ -282,47 +326,44 @@ fn offset_of(text: &str, line: usize, col: usize) -> usize {
 }
 
 /// Tokens of an expression with their ranges; strings stay one token.
-fn tokens(expr: &str, base: usize) -> Vec<(String, Range<usize>)> {
-    let mut out = Vec::new();
-    let chars: Vec<(usize, char)> = expr.char_indices().collect();
+fn tokens(expr: &str, base: usize) -> Vec<(&str, Range<usize>)> {
+    // Every delimiter is ASCII, so a byte scan never splits a character.
+    let b = expr.as_bytes();
+    let mut out = Vec::with_capacity(4);
     let mut k = 0;
-    while k < chars.len() {
-        let (pos, c) = chars[k];
-        if c.is_whitespace() {
+    while k < b.len() {
+        let c = b[k];
+        if c.is_ascii_whitespace() {
             k += 1;
             continue;
         }
-        if c == '(' || c == ')' || c == '|' {
-            out.push((c.to_string(), base + pos..base + pos + 1));
-            k += 1;
-            continue;
-        }
-        if c == '"' || c == '\'' {
-            let mut j = k + 1;
-            while j < chars.len() && chars[j].1 != c {
-                j += 1;
+        let end = match c {
+            b'(' | b')' | b'|' => k + 1,
+            b'"' | b'\'' => b[k + 1..]
+                .iter()
+                .position(|&x| x == c)
+                .map_or(b.len(), |p| k + 1 + p + 1),
+            _ => {
+                let mut j = k;
+                let mut bracket = false;
+                while j < b.len() {
+                    match b[j] {
+                        b'[' => bracket = true,
+                        b']' => bracket = false,
+                        x if !bracket
+                            && (x.is_ascii_whitespace() || matches!(x, b'(' | b')' | b'|')) =>
+                        {
+                            break;
+                        }
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                j
             }
-            let end = chars.get(j + 1).map_or(expr.len(), |x| x.0);
-            out.push((expr[pos..end].to_string(), base + pos..base + end));
-            k = j + 1;
-            continue;
-        }
-        let mut j = k;
-        let mut bracket = false;
-        while j < chars.len() {
-            let ch = chars[j].1;
-            if ch == '[' {
-                bracket = true;
-            } else if ch == ']' {
-                bracket = false;
-            } else if !bracket && (ch.is_whitespace() || ch == '(' || ch == ')' || ch == '|') {
-                break;
-            }
-            j += 1;
-        }
-        let end = chars.get(j).map_or(expr.len(), |x| x.0);
-        out.push((expr[pos..end].to_string(), base + pos..base + end));
-        k = j;
+        };
+        out.push((&expr[k..end], base + k..base + end));
+        k = end;
     }
     out
 }
@@ -344,7 +385,7 @@ fn expression_paths(expr: &str, base: usize, block: bool) -> Result<Vec<Usage>, 
     let mut in_block_params = false;
     let n = toks.len();
     for (idx, (tok, range)) in toks.iter().enumerate() {
-        match tok.as_str() {
+        match *tok {
             "(" | ")" => continue,
             "|" => {
                 in_block_params = !in_block_params;
@@ -358,7 +399,7 @@ fn expression_paths(expr: &str, base: usize, block: bool) -> Result<Vec<Usage>, 
         }
         let helper_position = (idx == 0 && (block || n > 1)) || (idx > 0 && toks[idx - 1].0 == "(");
         if helper_position {
-            if !HELPERS.contains(&tok.as_str()) {
+            if !HELPERS.contains(tok) {
                 return Err(ScanError {
                     message: format!("unknown helper `{tok}`"),
                     range: range.clone(),
@@ -371,7 +412,7 @@ fn expression_paths(expr: &str, base: usize, block: bool) -> Result<Vec<Usage>, 
             Some(eq) if !tok.starts_with('"') && !tok.starts_with('\'') => {
                 (&tok[eq + 1..], range.start + eq + 1)
             }
-            _ => (tok.as_str(), range.start),
+            _ => (*tok, range.start),
         };
         if value.is_empty() || is_literal(value) {
             continue;
@@ -443,12 +484,122 @@ fn compiled(text: &str) -> Result<Arc<Template>, handlebars::TemplateError> {
     if let Some(t) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(text) {
         return Ok(Arc::clone(t));
     }
-    let t = Arc::new(Template::compile(text)?);
+    let t = Arc::new(compile_fast(text).map_or_else(|| Template::compile(text), Ok)?);
     cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(text.to_string(), Arc::clone(&t));
     Ok(t)
+}
+
+/// Placeholder brackets: private-use code points, never in a template we fast-path.
+const PH_OPEN: char = '\u{E000}';
+const PH_CLOSE: char = '\u{E001}';
+
+/// Compiles a long, mostly plain-text template (a prompt) without feeding its plain lines
+/// through handlebars' parser, which costs about a thousand instructions per character
+/// and was half of a tick's CPU time. Every line outside a mustache that has no brace is
+/// reduced to a placeholder for its non-blank middle (its leading and trailing blanks
+/// and its newline stay, so standalone-tag and `~` trimming see exactly what they would
+/// have seen); the skeleton is compiled, and the placeholders in its raw strings are put
+/// back. `None` (use the plain compile) when the template has nothing to gain, uses raw
+/// blocks, or does not compile, so errors always come from the real text.
+fn compile_fast(text: &str) -> Option<Template> {
+    if text.len() < 256
+        || text.contains("{{{{")
+        || text.contains(PH_OPEN)
+        || text.contains(PH_CLOSE)
+    {
+        return None;
+    }
+    let mut skeleton = String::with_capacity(text.len() / 2);
+    let mut pieces: Vec<&str> = Vec::new();
+    let mut in_mustache = false;
+    for line in text.split_inclusive('\n') {
+        if !in_mustache && !line.contains(['{', '}']) {
+            let body = line.trim_end_matches(['\n', '\r']);
+            let start = body.len() - body.trim_start().len();
+            let end = body.trim_end().len();
+            if start < end {
+                skeleton.push_str(&line[..start]);
+                skeleton.push(PH_OPEN);
+                skeleton.push_str(&pieces.len().to_string());
+                skeleton.push(PH_CLOSE);
+                skeleton.push_str(&line[end..]);
+                pieces.push(&body[start..end]);
+                continue;
+            }
+        }
+        skeleton.push_str(line);
+        let bytes = line.as_bytes();
+        let mut k = 0;
+        while k + 1 < bytes.len() {
+            match (in_mustache, bytes[k], bytes[k + 1]) {
+                (false, b'{', b'{') | (true, b'}', b'}') => {
+                    in_mustache = !in_mustache;
+                    k += 2;
+                }
+                _ => k += 1,
+            }
+        }
+    }
+    if pieces.len() < 2 {
+        return None;
+    }
+    let mut t = Template::compile(&skeleton).ok()?;
+    restore(&mut t, &pieces).then_some(t)
+}
+
+/// Puts the placeholders' text back into every raw string, nested blocks included.
+/// `false` if a placeholder turned up anywhere else (then the fast path is not used).
+fn restore(t: &mut Template, pieces: &[&str]) -> bool {
+    use handlebars::template::TemplateElement as E;
+    t.elements.iter_mut().all(|e| match e {
+        E::RawString(s) => {
+            if s.contains(PH_OPEN) {
+                *s = unplace(s, pieces);
+            }
+            true
+        }
+        E::HelperBlock(h) | E::Expression(h) | E::HtmlExpression(h) => {
+            h.template.as_mut().is_none_or(|t| restore(t, pieces))
+                && h.inverse.as_mut().is_none_or(|t| restore(t, pieces))
+        }
+        E::DecoratorBlock(d)
+        | E::PartialBlock(d)
+        | E::DecoratorExpression(d)
+        | E::PartialExpression(d) => d.template.as_mut().is_none_or(|t| restore(t, pieces)),
+        E::Comment(c) => !c.contains(PH_OPEN),
+        // Elements a newer handlebars may add: give up the fast path.
+        #[allow(unreachable_patterns)]
+        _ => false,
+    })
+}
+
+fn unplace(s: &str, pieces: &[&str]) -> String {
+    let mut out = String::with_capacity(s.len() * 8);
+    let mut rest = s;
+    while let Some(open) = rest.find(PH_OPEN) {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + PH_OPEN.len_utf8()..];
+        let Some(close) = after.find(PH_CLOSE) else {
+            out.push_str(&rest[open..]);
+            return out;
+        };
+        match after[..close]
+            .parse::<usize>()
+            .ok()
+            .and_then(|i| pieces.get(i))
+        {
+            Some(p) => out.push_str(p),
+            None => {
+                out.push_str(&rest[open..open + PH_OPEN.len_utf8() + close + PH_CLOSE.len_utf8()])
+            }
+        }
+        rest = &after[close + PH_CLOSE.len_utf8()..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Renders one template against a JSON context.
@@ -555,6 +706,122 @@ mod tests {
         let l = legacy_placeholders("--prompt-file {prompt} {{cwd}} {not-a-token");
         assert_eq!(l.len(), 1);
         assert_eq!(l[0].0, "prompt");
+    }
+
+    /// The fast compile must render exactly what handlebars' own compile renders.
+    #[test]
+    fn fast_compile_renders_like_handlebars() {
+        let hb = engine();
+        let base = serde_json::json!({
+            "loop": "l", "x": "", "reasons": ["a", "b"], "next_hint": "h", "t": true,
+            "iteration": 3, "cwd": "/w", "current_task": "task", "current_phase": "implement",
+            "output": "/o.json", "artifact": "/a.json", "task_title": "T", "prompt": "/p.md",
+        });
+        let mut ctx = base.clone();
+        ctx["items"] = serde_json::json!([base.clone(), base]);
+        let mut cases: Vec<String> = vec![
+            include_str!("../prompts/loop-implement.md").into(),
+            include_str!("../prompts/loop-verifier.md").into(),
+            include_str!("../prompts/loop-orchestrate.md").replace("{{verdict}}", "{{loop}}"),
+        ];
+        let lines = [
+            "plain text line",
+            "   indented text   ",
+            "",
+            "   ",
+            "{{#if t}}",
+            "{{/if}}",
+            "  {{#each items}}- {{@index}}",
+            "- {{loop}}",
+            "  {{/each}}",
+            "{{~loop~}}",
+            "text {{loop}} text",
+            "{{#unless x}}",
+            "{{else}}",
+            "{{/unless}}",
+            "{{!-- a",
+            "   comment --}}",
+            "tail\r",
+        ];
+        // Deterministic pseudo-random templates made of those lines, blocks kept balanced.
+        let mut seed = 7u64;
+        for _ in 0..300 {
+            let mut t = String::new();
+            let mut open: Vec<&str> = Vec::new();
+            for _ in 0..40 {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let l = lines[(seed >> 33) as usize % lines.len()];
+                let closes = l.contains("{{/") || l.contains("{{else}}");
+                if l.contains("{{#if") {
+                    open.push("{{/if}}");
+                } else if l.contains("{{#each") {
+                    // Items have no `items`: no each inside an each.
+                    if open.contains(&"  {{/each}}") {
+                        continue;
+                    }
+                    open.push("  {{/each}}");
+                } else if l.contains("{{#unless") {
+                    open.push("{{/unless}}");
+                } else if closes || l.contains("--}}") || l.contains("{{!--") {
+                    continue;
+                }
+                t.push_str(l);
+                t.push('\n');
+                t.push_str("filler words here\n  more filler  \n");
+            }
+            while let Some(c) = open.pop() {
+                t.push_str(c);
+                t.push('\n');
+            }
+            cases.push(t);
+        }
+        cases.push("{{!-- multi\nline comment\nwith plain lines --}}\n".repeat(20));
+        let (mut fast_paths, mut rendered) = (0, 0);
+        for c in &cases {
+            let Some(fast) = compile_fast(c) else {
+                continue;
+            };
+            fast_paths += 1;
+            let slow = Template::compile(c).expect("compiles");
+            let render = |t: &Template| {
+                let data = Context::wraps(&ctx).unwrap();
+                let mut rc = RenderContext::new(None);
+                let mut out = StringOutput::new();
+                t.render(&hb, &data, &mut rc, &mut out)
+                    .map(|_| out.into_string().unwrap())
+            };
+            let (f, sl) = (render(&fast).ok(), render(&slow).ok());
+            rendered += usize::from(sl.is_some());
+            assert_eq!(f, sl, "template:\n{c}");
+        }
+        assert!(
+            fast_paths > 250,
+            "the fast path was taken only {fast_paths} times"
+        );
+        assert!(rendered > 250, "only {rendered} templates rendered");
+    }
+
+    #[test]
+    fn plain_mustaches_are_recognised_conservatively() {
+        assert!(only_plain_mustaches(
+            "--p {{prompt}} {{ nodes.floor-check.exit_code }}"
+        ));
+        for not_plain in [
+            "{{#if x}}y{{/if}}",
+            "{{{raw}}}",
+            "{{eq a b}}",
+            "{{a..b}}",
+            "{{.a}}",
+            "x}}",
+            "\\{{a}}",
+            "{{else}}",
+            "{{!c}}",
+            "{{a}",
+        ] {
+            assert!(!only_plain_mustaches(not_plain), "{not_plain}");
+        }
     }
 
     #[test]
