@@ -528,7 +528,8 @@ impl Pipeline {
         let node = &self.nodes[v];
         let span = t.span_of(u.range.clone());
         let root = u.path.first().map(String::as_str).unwrap_or("");
-        let full = u.path.join(".");
+        // Only error messages need the dotted name; most usages are fine.
+        let full = FullPath(&u.path);
         let avail = || {
             let a = self.available(v, place);
             format!("available at node `{}`: {}", node.id.value, a.join(", "))
@@ -746,6 +747,21 @@ impl Pipeline {
 
     pub fn node(&self, id: &str) -> Option<&Node> {
         self.index.get(id).map(|&i| &self.nodes[i])
+    }
+}
+
+/// Displays a variable path as `a.b.c` without allocating until a message needs it.
+struct FullPath<'a>(&'a [String]);
+
+impl std::fmt::Display for FullPath<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, seg) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            f.write_str(seg)?;
+        }
+        Ok(())
     }
 }
 

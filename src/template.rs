@@ -89,6 +89,9 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     if !text.contains("{{") {
         return Ok(Vec::new());
     }
+    if let Some(usages) = plain_usages(text) {
+        return Ok(usages);
+    }
     check_blocks(text)?;
     // Plain `{{a.b}}` mustaches cannot be a syntax error: leave handlebars' (slow) parser
     // for rendering time, so `check` on a 10,000-node pipeline stays cheap.
@@ -180,6 +183,29 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     Ok(usages)
 }
 
+/// The common case of argv elements, `--cwd={{cwd}}`: when every mustache is a plain
+/// path, its usages without the general tokenizer.
+fn plain_usages(text: &str) -> Option<Vec<Usage>> {
+    if !only_plain_mustaches(text) {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(found) = find2(&text[i..], b'{') {
+        let open = i + found + 2;
+        let close = open + find2(&text[open..], b'}')?;
+        let raw = &text[open..close];
+        let start = open + (raw.len() - raw.trim_start().len());
+        let name = raw.trim();
+        out.push(Usage {
+            path: name.split('.').map(str::to_string).collect(),
+            range: start..start + name.len(),
+        });
+        i = close + 2;
+    }
+    Some(out)
+}
+
 /// Whether every mustache in `text` is a plain variable path (`{{ nodes.x-y.exit_code }}`):
 /// such a template is valid handlebars by construction.
 fn only_plain_mustaches(text: &str) -> bool {
@@ -202,7 +228,7 @@ fn only_plain_mustaches(text: &str) -> bool {
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_');
         if !(path_ok && first_ok)
-            || inner == "else"
+            || matches!(inner.split('.').next(), Some("else" | "this"))
             || (open > 0 && text.as_bytes()[open - 1] == b'\\')
         {
             return false;
