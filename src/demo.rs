@@ -185,6 +185,29 @@ pub fn demo(a: DemoArgs) -> i32 {
     for line in crate::cli::status_table(&rows).lines() {
         println!("  {line}");
     }
+    if let Ok(state) = paths.load() {
+        let notes = std::fs::read_to_string(dir.join("NOTES.md")).unwrap_or_default();
+        println!(
+            "\nwhat happened: the fake agent edited NOTES.md ({} lines, one per iteration); the verifier",
+            notes.lines().count()
+        );
+        println!(
+            "graded each iteration, and its reasons and next_hint were rendered into the next"
+        );
+        println!("implement prompt (see outputs/<N>-implement.prompt.md in the loop directory).");
+        if let Some(h) = &state.halt {
+            let why = match h.reason.as_str() {
+                "verifier_failed:score_plateau" => {
+                    "the last 3 scores were equal (score_plateau_window = 3): passing is not the goal \
+                     (goal_score = 1.0), and a loop that stops improving halts for a human"
+                }
+                "goal_met" => "the verifier reported pass with a score at the goal",
+                "iterations_exhausted" => "it used all of brakes.max_iterations",
+                _ => "one of its brakes tripped",
+            };
+            println!("why it stopped: {why}.");
+        }
+    }
     println!("\nThe loop halted on its own brakes and waits for a human. Next steps:");
     println!("  loopflow --project {} status", dir.display());
     println!(

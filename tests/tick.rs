@@ -1393,3 +1393,52 @@ fn a_state_from_a_newer_loopflow_is_refused_and_kept() {
     assert_eq!(std::fs::read_to_string(&state_path).unwrap(), text);
     assert!(!p.join("calls.log").exists());
 }
+
+/// The README's first command: a real loop with the built-in fake agent, offline,
+/// ticked until its own brakes halt it.
+#[test]
+fn demo_runs_a_real_loop_until_it_halts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(common::bin())
+        .args(["demo", "--dir"])
+        .arg(dir.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(dir.path().join(".loopflow/loops/demo/.state.log")).unwrap();
+    let ticks = log.lines().filter(|l| l.contains(" TICK ")).count();
+    assert_eq!(ticks, 6, "{log}");
+    assert!(
+        log.lines()
+            .last()
+            .unwrap()
+            .contains("HALT verifier_failed:score_plateau"),
+        "{log}"
+    );
+    let notes = std::fs::read_to_string(dir.path().join("NOTES.md")).unwrap();
+    assert_eq!(
+        notes.lines().count(),
+        6,
+        "the fake agent edits a file each iteration"
+    );
+    assert!(stdout.contains("why it stopped"), "{stdout}");
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join(".loopflow/loops/demo/.state.loop")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["iteration_count"], 6);
+    assert_eq!(state["halt"]["reason"], "verifier_failed:score_plateau");
+    // The second tick's prompt carries the first verdict's hint.
+    let prompt = std::fs::read_to_string(
+        dir.path()
+            .join(".loopflow/loops/demo/outputs/2-implement.prompt.md"),
+    )
+    .unwrap();
+    assert!(prompt.contains("cover the error paths next"), "{prompt}");
+}
