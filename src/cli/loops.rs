@@ -412,16 +412,18 @@ pub fn log(project: &Path, a: LogArgs) -> i32 {
     }
 }
 
+/// The gate's report for a loop, or the exit code of why it cannot be evaluated.
+fn evaluate_gate(project: &Path, name: &str) -> Result<crate::brakes::GateReport, i32> {
+    let (paths, state) = open(project, name)?;
+    let cfg = config(&paths, project)?;
+    Ok(crate::brakes::evaluate(&cfg, &state, &paths))
+}
+
 pub fn gate(project: &Path, a: GateArgs) -> i32 {
-    let (paths, state) = match open(project, &a.loop_name) {
-        Ok(x) => x,
-        Err(c) => return c,
-    };
-    let cfg = match config(&paths, project) {
-        Ok(c) => c,
+    let r = match evaluate_gate(project, &a.loop_name) {
+        Ok(r) => r,
         Err(code) => return code,
     };
-    let r = crate::brakes::evaluate(&cfg, &state, &paths);
     if a.json {
         println!("{}", serde_json::to_string(&r).unwrap_or_default());
     } else {
@@ -445,15 +447,10 @@ pub fn gate(project: &Path, a: GateArgs) -> i32 {
 }
 
 pub fn can_continue(project: &Path, a: LoopArg) -> i32 {
-    let (paths, state) = match open(project, &a.loop_name) {
-        Ok(x) => x,
-        Err(c) => return c,
-    };
-    let cfg = match config(&paths, project) {
-        Ok(c) => c,
+    let r = match evaluate_gate(project, &a.loop_name) {
+        Ok(r) => r,
         Err(code) => return code,
     };
-    let r = crate::brakes::evaluate(&cfg, &state, &paths);
     if let Some(reason) = &r.reason {
         eprintln!("loop {} cannot continue: {reason}", a.loop_name);
         exit::NO
