@@ -533,6 +533,8 @@ const PH_CLOSE: char = '\u{E001}';
 fn compile_fast(text: &str) -> Option<Template> {
     if text.len() < 256
         || text.contains("{{{{")
+        || text.contains("{{!--")
+        || text.contains("\\{{")
         || text.contains(PH_OPEN)
         || text.contains(PH_CLOSE)
     {
@@ -540,34 +542,39 @@ fn compile_fast(text: &str) -> Option<Template> {
     }
     let mut skeleton = String::with_capacity(text.len() / 2);
     let mut pieces: Vec<&str> = Vec::new();
-    let mut in_mustache = false;
-    for line in text.split_inclusive('\n') {
-        if !in_mustache && !line.contains(['{', '}']) {
+    let mut i = 0;
+    while i < text.len() {
+        // A raw run up to the next mustache (or the end), then the mustache verbatim.
+        let open = find2(&text[i..], b'{').map_or(text.len(), |p| i + p);
+        for line in text[i..open].split_inclusive('\n') {
             let body = line.trim_end_matches(['\n', '\r']);
             let start = body.len() - body.trim_start().len();
             let end = body.trim_end().len();
-            if start < end {
+            if start < end && !body[start..end].contains(['{', '}']) {
                 skeleton.push_str(&line[..start]);
                 skeleton.push(PH_OPEN);
                 skeleton.push_str(&pieces.len().to_string());
                 skeleton.push(PH_CLOSE);
                 skeleton.push_str(&line[end..]);
                 pieces.push(&body[start..end]);
-                continue;
+            } else {
+                skeleton.push_str(line);
             }
         }
-        skeleton.push_str(line);
-        let bytes = line.as_bytes();
-        let mut k = 0;
-        while k + 1 < bytes.len() {
-            match (in_mustache, bytes[k], bytes[k + 1]) {
-                (false, b'{', b'{') | (true, b'}', b'}') => {
-                    in_mustache = !in_mustache;
-                    k += 2;
-                }
-                _ => k += 1,
-            }
+        if open >= text.len() {
+            break;
         }
+        let closer: &[u8] = if text[open..].starts_with("{{{") {
+            b"}}}"
+        } else {
+            b"}}"
+        };
+        let close = text.as_bytes()[open + 2..]
+            .windows(closer.len())
+            .position(|w| w == closer)
+            .map(|p| open + 2 + p + closer.len())?;
+        skeleton.push_str(&text[open..close]);
+        i = close;
     }
     if pieces.len() < 2 {
         return None;
