@@ -10,6 +10,7 @@ mod check;
 mod drift;
 mod init;
 mod loops;
+mod report;
 mod run;
 mod schedule;
 
@@ -78,6 +79,8 @@ pub enum Command {
     Init(init::InitArgs),
     /// List docs whose last-read-sha is older than the code they describe (JSON lines).
     Drift(drift::DriftArgs),
+    /// Write an HTML page with every loop's state, spend, last verdict and recent log.
+    Report(report::ReportArgs),
     /// The demo's fake agent (used by `demo`; also handy in tests).
     #[command(hide = true)]
     FakeAgent(crate::demo::FakeAgentArgs),
@@ -149,6 +152,7 @@ pub fn main() -> i32 {
         Command::FakeAgent(a) => crate::demo::fake_agent(a),
         Command::Init(a) => init::init(&project, a),
         Command::Drift(a) => drift::drift(a),
+        Command::Report(a) => report::report(&project, a),
     }
 }
 
