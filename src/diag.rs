@@ -282,7 +282,33 @@ pub fn render(diags: &Diagnostics, format: Format, color: bool) -> String {
     }
 }
 
-struct MietteView<'a>(&'a Diagnostic);
+struct MietteView<'a>(&'a Diagnostic, NamedText<'a>);
+
+/// The source text under its display name, so the snippet header reads
+/// `╭─[path:line:col]` like the first line does.
+struct NamedText<'a> {
+    name: &'a str,
+    text: &'a str,
+}
+
+impl miette::SourceCode for NamedText<'_> {
+    fn read_span<'b>(
+        &'b self,
+        span: &miette::SourceSpan,
+        before: usize,
+        after: usize,
+    ) -> Result<Box<dyn miette::SpanContents<'b> + 'b>, miette::MietteError> {
+        let c = self.text.read_span(span, before, after)?;
+        Ok(Box::new(miette::MietteSpanContents::new_named(
+            self.name.to_string(),
+            c.data(),
+            *c.span(),
+            c.line(),
+            c.column(),
+            c.line_count(),
+        )))
+    }
+}
 
 impl fmt::Display for MietteView<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -314,7 +340,7 @@ impl miette::Diagnostic for MietteView<'_> {
     }
 
     fn source_code(&self) -> Option<&dyn miette::SourceCode> {
-        Some(&self.0.source.text)
+        Some(&self.1)
     }
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = miette::LabeledSpan> + '_>> {
@@ -359,7 +385,16 @@ pub fn render_human(diags: &Diagnostics, color: bool) -> String {
             if let Some(h) = &d.help {
                 out.push_str(&format!("  help: {h}\n"));
             }
-        } else if handler.render_report(&mut snippet, &MietteView(d)).is_ok() {
+        } else if handler.render_report(
+            &mut snippet,
+            &MietteView(
+                d,
+                NamedText {
+                    name: &d.source.name,
+                    text: &d.source.text,
+                },
+            ),
+        ).is_ok() {
             // miette repeats the message as its first line; the header above already says it.
             let body: Vec<&str> = snippet
                 .lines()
