@@ -385,16 +385,19 @@ pub fn render_human(diags: &Diagnostics, color: bool) -> String {
             if let Some(h) = &d.help {
                 out.push_str(&format!("  help: {h}\n"));
             }
-        } else if handler.render_report(
-            &mut snippet,
-            &MietteView(
-                d,
-                NamedText {
-                    name: &d.source.name,
-                    text: &d.source.text,
-                },
-            ),
-        ).is_ok() {
+        } else if handler
+            .render_report(
+                &mut snippet,
+                &MietteView(
+                    d,
+                    NamedText {
+                        name: &d.source.name,
+                        text: &d.source.text,
+                    },
+                ),
+            )
+            .is_ok()
+        {
             // miette repeats the message as its first line; the header above already says it.
             let body: Vec<&str> = snippet
                 .lines()
