@@ -216,6 +216,7 @@ pub fn run_audit(
         stderr: err.clone(),
         timeout: Some(AUDIT_TIMEOUT),
         cancel: &cancel,
+        on_spawn: None,
     });
     let lossy = |p: &std::path::Path| {
         crate::bounded::head(p, crate::bounded::TEXT_MAX)

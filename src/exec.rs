@@ -33,6 +33,8 @@ pub struct TickEnv<'a> {
     pub dry_run: bool,
     /// The task the gate found (work sources other than `single` supply it).
     pub task: Option<String>,
+    /// The tick lock, which also records the process groups this tick spawns.
+    pub lock: Option<&'a crate::state::TickLock>,
     /// The same task with its title and source (for state and `{{task_title}}`).
     pub work_task: Option<crate::brakes::Task>,
     /// The length of `.state.log` when the tick started: events after it are this tick's.
@@ -364,6 +366,26 @@ pub fn run_tick(
             }
         }
     };
+    if let Some(lock) = &_lock {
+        // A tick killed outright (kill -9) cannot stop its agents; this one does, before
+        // anything else runs in the loop's worktree.
+        for pgid in lock.take_groups() {
+            let killed = crate::process::kill_orphans(pgid, name, project);
+            if killed > 0 {
+                paths.log(
+                    "WARN",
+                    &[
+                        LogArg::Kv("pgid", pgid.to_string()),
+                        LogArg::Kv("killed", killed.to_string()),
+                        LogArg::Kv(
+                            "msg",
+                            "stopped processes left running by an interrupted tick".into(),
+                        ),
+                    ],
+                )?;
+            }
+        }
+    }
     let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
     let state = match paths.load() {
         Ok(s) => s,
@@ -406,6 +428,7 @@ pub fn run_tick(
         .into());
     }
     let env = TickEnv {
+        lock: _lock.as_ref(),
         paths: &paths,
         config: &loaded.config,
         pipeline: &loaded.pipeline,
@@ -437,7 +460,12 @@ pub fn run_tick(
         path: paths.outputs.clone(),
         source: e,
     })?;
-    execute(&env, opts.parallel)
+    let result = execute(&env, opts.parallel);
+    // Every group this tick spawned has been stopped by the process layer.
+    if let Some(lock) = &_lock {
+        lock.clear_groups();
+    }
+    result
 }
 
 /// Variables every node sees.

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 /// How long a group gets between TERM and KILL.
 pub const GRACE: Duration = Duration::from_secs(5);
 
-#[derive(Debug)]
 pub struct Spawn<'a> {
     pub argv: &'a [String],
     pub cwd: &'a Path,
@@ -20,6 +19,8 @@ pub struct Spawn<'a> {
     pub stderr: PathBuf,
     pub timeout: Option<Duration>,
     pub cancel: &'a AtomicBool,
+    /// Told the child's process group as soon as it exists (the tick records it).
+    pub on_spawn: Option<&'a (dyn Fn(u32) + Sync)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -141,6 +142,9 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
         }
     };
     let pgid = child.id();
+    if let Some(f) = spec.on_spawn {
+        f(pgid);
+    }
     // A waiter thread blocks in wait(); this thread watches the deadline and the
     // interrupt flag, so an exit is noticed at once and a signal within 100 ms.
     let (tx, rx) = mpsc::channel();
@@ -188,6 +192,52 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
     Finished {
         exit: outcome,
         elapsed: start.elapsed(),
+    }
+}
+
+/// Kills what is left of process group `pgid` from a tick that died (`kill -9` of
+/// `loopflow run`), but only processes that carry this loop's `LOOPFLOW_LOOP` and
+/// `LOOPFLOW_PROJECT`: a recycled group id never takes an unrelated process down.
+/// Returns how many were killed. Linux only (it reads `/proc`).
+pub fn kill_orphans(pgid: u32, loop_name: &str, project: &Path) -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let want_loop = format!("LOOPFLOW_LOOP={loop_name}");
+        let want_project = format!("LOOPFLOW_PROJECT={}", project.display());
+        let mut killed = 0;
+        let Ok(rd) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        for e in rd.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses.
+            let pgrp = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+                .and_then(|g| g.parse::<u32>().ok());
+            if pgrp != Some(pgid) {
+                continue;
+            }
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+            if vars.contains(&want_loop.as_bytes()) && vars.contains(&want_project.as_bytes()) {
+                // SAFETY: kill only sends a signal to a process we identified above.
+                if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                    killed += 1;
+                }
+            }
+        }
+        killed
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (pgid, loop_name, project);
+        0
     }
 }
 

@@ -211,9 +211,15 @@ impl LoopPaths {
         let Some(dir) = self.try_lock_dir()? else {
             return Ok(None);
         };
-        let f = nofollow(OpenOptions::new().create(true).truncate(false).write(true))
-            .open(&self.lock)
-            .map_err(io_err(&self.lock))?;
+        let f = nofollow(
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true),
+        )
+        .open(&self.lock)
+        .map_err(io_err(&self.lock))?;
         match f.try_lock() {
             Ok(()) => Ok(Some(TickLock {
                 _dir: dir,
@@ -301,9 +307,39 @@ impl LoopPaths {
 }
 
 /// Held for the whole of a tick: the `.lock` file and the loop directory, both flocked.
+/// The lock file also lists the process groups the tick spawned (`pgid N` lines), so
+/// the next tick can stop what a tick killed with `kill -9` left running.
 pub struct TickLock {
     _dir: Option<File>,
     _file: File,
+}
+
+impl TickLock {
+    /// Records a spawned process group (one small write to the already open file).
+    pub fn record_group(&self, pgid: u32) {
+        let _ = (&self._file).write_all(format!("pgid {pgid}\n").as_bytes());
+    }
+
+    /// The groups an earlier tick recorded and did not clear (it died), and clears them.
+    pub fn take_groups(&self) -> Vec<u32> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = &self._file;
+        let mut text = String::new();
+        let _ = f.seek(SeekFrom::Start(0));
+        let _ = f.take(64 * 1024).read_to_string(&mut text);
+        self.clear_groups();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("pgid ")?.trim().parse().ok())
+            .filter(|&g: &u32| g > 1)
+            .collect()
+    }
+
+    /// Forgets the recorded groups: the tick stopped all of them itself.
+    pub fn clear_groups(&self) {
+        use std::io::{Seek, SeekFrom};
+        let _ = self._file.set_len(0);
+        let _ = (&self._file).seek(SeekFrom::Start(0));
+    }
 }
 
 pub fn loops_dir(project: &Path) -> PathBuf {

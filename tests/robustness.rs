@@ -454,3 +454,58 @@ fn binary_garbage_configuration_is_diagnosed_with_exit_3() {
     );
     assert!(!p.join("calls.log").exists());
 }
+
+/// `kill -9` of `loopflow run` cannot stop its agent, whose group then runs on with no
+/// tick around it. The next tick finds the group in the lock file and stops it before
+/// anything else runs in the loop's directory.
+#[test]
+fn the_next_tick_stops_agents_left_by_a_killed_tick() {
+    let p = Project::new();
+    let d = p.path().display().to_string();
+    let agent = p.script(
+        "orphaning-agent.sh",
+        &format!(
+            r#"role="$1"
+if [ "$role" = implement ] && [ ! -e "{d}/release" ]; then
+  echo $$ > "{d}/agent.pid"
+  sleep 300 &
+  exec sleep 301
+fi
+[ "$role" = verify ] && echo '{{"pass": false, "score": 0.5}}'
+exit 0"#
+        ),
+    );
+    p.agent_loop("l", &agent, "");
+    let mut run = p
+        .lf_cmd(&["run", "--loop", "l"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_for_file(&p.join("agent.pid"));
+    let pgid: i32 = std::fs::read_to_string(p.join("agent.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kills our own child, the way an OOM killer or `kill -9` would.
+    unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
+    run.wait().unwrap();
+    assert!(
+        !live_group_members(pgid).is_empty(),
+        "the agent's group should outlive the killed tick"
+    );
+    p.write("release", "");
+    let r = p.lf(&["run", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let left = common::wait_group_gone(pgid);
+    assert!(left.is_empty(), "left running: {left:?}");
+    let events = p.events("l");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.starts_with(&format!("WARN pgid={pgid} killed=2"))),
+        "{events:?}"
+    );
+    assert_eq!(p.state("l")["iteration_count"], 1, "{events:?}");
+}

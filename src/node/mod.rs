@@ -183,6 +183,11 @@ pub fn spawn_node(
     let id = &ctx.node.id.value;
     let stdout = ctx.output_file(id, "stdout");
     let stderr = ctx.output_file(id, "stderr");
+    let record = |pgid: u32| {
+        if let Some(l) = ctx.env.lock {
+            l.record_group(pgid);
+        }
+    };
     let spec = crate::process::Spawn {
         argv,
         cwd: &ctx.env.cwd,
@@ -191,6 +196,7 @@ pub fn spawn_node(
         stderr: stderr.clone(),
         timeout,
         cancel: ctx.env.cancel,
+        on_spawn: Some(&record),
     };
     let done = crate::process::run(&spec);
     // Only the capped head: a runaway agent's gigabytes stay on disk.
