@@ -910,23 +910,7 @@ fn a_hostile_verdict_and_task_keep_the_log_one_event_per_line() {
 fn setup_existing(p: &Project, name: &str, agent: &Path) {
     p.loop_toml(
         name,
-        &format!(
-            r#"[brakes]
-max_iterations = 10
-context_tokens = 32000
-[harness]
-command = ["{agent}", "{{{{role}}}}", "{{{{prompt}}}}"]
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-[worktree]
-enabled = false
-"#,
-            agent = agent.display()
-        ),
+        &common::loop_toml_text(agent, "max_iterations = 10\ncontext_tokens = 32000", ""),
     );
 }
 
