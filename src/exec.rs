@@ -33,6 +33,9 @@ pub struct TickEnv<'a> {
     pub dry_run: bool,
     /// The task the gate found (work sources other than `single` supply it).
     pub task: Option<String>,
+    /// The brakes as the tick found them, evaluated once (work sources read once) and
+    /// shared by the `gate` node, the implicit gate and `--dry-run`.
+    pub gate: crate::brakes::GateReport,
     /// The tick lock, which also records the process groups this tick spawns.
     pub lock: Option<&'a crate::state::TickLock>,
     /// The same task with its title and source (for state and `{{task_title}}`).
@@ -439,6 +442,7 @@ pub fn run_tick(
             .map(|t| t.id.clone())
             .or_else(|| state.current_task.clone()),
         work_task: gate.task.clone(),
+        gate,
         state,
         cwd,
         hb: template::engine(),
@@ -454,7 +458,7 @@ pub fn run_tick(
         ),
     };
     if opts.dry_run {
-        return Ok(dry_run(&env, &gate));
+        return Ok(dry_run(&env));
     }
     std::fs::create_dir_all(&paths.outputs).map_err(|e| StateError::Io {
         path: paths.outputs.clone(),
@@ -666,7 +670,7 @@ fn execute(env: &TickEnv<'_>, parallel: bool) -> Result<Summary, RunError> {
     // The brakes are universal (D3) and a halt stands until a human approves it (D4): a
     // pipeline without a `gate` node still gets the gate, before any of its nodes runs.
     if !p.nodes.iter().any(|n| n.spec.gates()) {
-        match crate::brakes::evaluate(env.config, &env.state, env.paths).verdict {
+        match env.gate.verdict.clone() {
             crate::brakes::Verdict::Pass => {}
             crate::brakes::Verdict::Skip(r) => return finish(env, walk, End::Skip(r)),
             crate::brakes::Verdict::Halt { reason, detail } => {
@@ -1002,7 +1006,8 @@ pub fn halt(paths: &LoopPaths, reason: &str, detail: Option<&str>) -> Result<(),
     Ok(())
 }
 
-fn dry_run(env: &TickEnv<'_>, gate: &crate::brakes::GateReport) -> Summary {
+fn dry_run(env: &TickEnv<'_>) -> Summary {
+    let gate = &env.gate;
     let p = env.pipeline;
     let mut walk = Walk::new(env);
     println!(

@@ -250,44 +250,43 @@ impl NodeSpec for CommitNode {
                     }
                 }
             }
-            if !forged.is_empty() && s.halt.is_none() {
-                let detail = format!(
-                    "the state file was rewritten during the tick ({}); loopflow kept its own values",
-                    forged.join(", ")
-                );
-                s.halt = Some(Halt {
-                    reason: TAMPERED.into(),
-                    detail: Some(detail.clone()),
-                    at: now(),
-                    iteration: s.iteration_count,
-                });
-                return Some((TAMPERED, Some(detail)));
-            }
-            if !config_changed.is_empty() && s.halt.is_none() {
-                let detail = format!(
-                    "changed during the tick: {}; review the change, then approve",
-                    config_changed.join(", ")
-                );
-                s.halt = Some(Halt {
-                    reason: CONFIG_CHANGED.into(),
-                    detail: Some(detail.clone()),
-                    at: now(),
-                    iteration: s.iteration_count,
-                });
-                return Some((CONFIG_CHANGED, Some(detail)));
-            }
-            if goal && s.halt.is_none() {
-                s.halt = Some(Halt {
-                    reason: "goal_met".into(),
-                    detail: verdict
+            // The first of these that applies halts the loop in this same write; a halt
+            // already set (by `loopflow halt` during the tick, say) stands.
+            let why: Option<(&'static str, Option<String>)> = if s.halt.is_some() {
+                None
+            } else if !forged.is_empty() {
+                Some((
+                    TAMPERED,
+                    Some(format!(
+                        "the state file was rewritten during the tick ({}); loopflow kept its own values",
+                        forged.join(", ")
+                    )),
+                ))
+            } else if !config_changed.is_empty() {
+                Some((
+                    CONFIG_CHANGED,
+                    Some(format!(
+                        "changed during the tick: {}; review the change, then approve",
+                        config_changed.join(", ")
+                    )),
+                ))
+            } else if goal {
+                Some(("goal_met", None))
+            } else {
+                None
+            };
+            let (reason, logged) = why?;
+            s.halt = Some(Halt {
+                reason: reason.into(),
+                detail: logged.clone().or_else(|| {
+                    verdict
                         .as_ref()
-                        .map(|v| format!("pass=true score={}", fmt_score(v.score))),
-                    at: now(),
-                    iteration: s.iteration_count,
-                });
-                return Some(("goal_met", None));
-            }
-            None
+                        .map(|v| format!("pass=true score={}", fmt_score(v.score)))
+                }),
+                at: now(),
+                iteration: s.iteration_count,
+            });
+            Some((reason, logged))
         });
         let (state, halted_now) = match result {
             Ok(x) => x,

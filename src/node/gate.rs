@@ -1,6 +1,7 @@
-//! `gate`: evaluates every brake (DESIGN §6); not ok ends the tick as SKIP or HALT.
+//! `gate`: every brake (DESIGN §6), as evaluated once at tick start; not ok ends the
+//! tick as SKIP or HALT.
 
-use crate::brakes::{self, Verdict};
+use crate::brakes::Verdict;
 use crate::diag::Diagnostics;
 use crate::exec::NodeCtx;
 use crate::node::{NodeKind, NodeOutput, NodeRun, NodeSpec};
@@ -32,8 +33,7 @@ impl NodeSpec for GateNode {
     }
 
     fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
-        let env = ctx.env;
-        match brakes::evaluate(env.config, &env.state, env.paths).verdict {
+        match ctx.env.gate.verdict.clone() {
             Verdict::Pass => NodeRun::Ok(NodeOutput::default()),
             Verdict::Skip(r) => NodeRun::Skip(r),
             Verdict::Halt { reason, detail } => NodeRun::Halt {
@@ -44,7 +44,7 @@ impl NodeSpec for GateNode {
     }
 
     fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
-        let r = brakes::evaluate(ctx.env.config, &ctx.env.state, ctx.env.paths);
+        let r = &ctx.env.gate;
         let failing: Vec<String> = r
             .checks
             .iter()
