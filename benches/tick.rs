@@ -60,7 +60,7 @@ fn floor(dir: &Path, round: Option<usize>) {
         assert!(status.success());
     }
     let state = dir.join("floor.state");
-    loopflow::state::write_atomic(dir, &state, b"{\"iteration_count\": 1}\n")
+    loopflow::fs_safe::write_atomic(dir, &state, b"{\"iteration_count\": 1}\n")
         .expect("atomic write");
 }
 

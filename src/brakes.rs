@@ -91,7 +91,7 @@ pub fn current_task(
                 }
                 _ => file.clone(),
             };
-            let text = crate::bounded::read_to_string(&file).map_err(|e| {
+            let text = crate::fs_safe::read_to_string(&file).map_err(|e| {
                 format!(
                     "backlog {}: {e} (work_source.file in loop.toml)",
                     file.display()
@@ -219,7 +219,7 @@ pub fn run_audit(
         on_spawn: None,
     });
     let lossy = |p: &std::path::Path| {
-        crate::bounded::head(p, crate::bounded::TEXT_MAX)
+        crate::fs_safe::head(p, crate::fs_safe::TEXT_MAX)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
     };

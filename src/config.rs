@@ -159,7 +159,7 @@ impl LoopConfig {
         base: &Path,
         diags: &mut Diagnostics,
     ) -> std::io::Result<Option<LoopConfig>> {
-        let text = crate::bounded::read_to_string(path)?;
+        let text = crate::fs_safe::read_to_string(path)?;
         let name = crate::diag::display_name(path, base);
         let source = if path.extension().is_some_and(|e| e == "json") {
             match json_to_toml(&text) {

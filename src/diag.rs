@@ -37,7 +37,7 @@ impl Source {
 
     /// Reads a file, naming it relative to `base` when it lies under it.
     pub fn read(path: &Path, base: &Path) -> std::io::Result<SourceRef> {
-        let text = crate::bounded::read_to_string(path)?;
+        let text = crate::fs_safe::read_to_string(path)?;
         Ok(Source::new(display_name(path, base), path, text))
     }
 

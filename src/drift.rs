@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::node::git;
+use crate::git::git;
 
 /// A doc whose recorded last read is older than the last change to its code.
 #[derive(Debug, Clone, PartialEq)]

@@ -82,7 +82,7 @@ pub fn changed_since(watched: &[(PathBuf, u64)]) -> Vec<String> {
 fn digest(path: &Path) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::hash::DefaultHasher::new();
-    match crate::bounded::head(path, crate::bounded::TEXT_MAX + 1) {
+    match crate::fs_safe::head(path, crate::fs_safe::TEXT_MAX + 1) {
         Ok(bytes) => bytes.hash(&mut h),
         Err(e) => e.kind().to_string().hash(&mut h),
     }
@@ -127,7 +127,7 @@ impl NodeCtx<'_> {
     }
 
     pub fn render(&self, text: &str) -> Result<String, String> {
-        template::render(&self.env.hb, text, &self.vars)
+        template::render(&self.env.hb, text, &self.vars).map_err(|e| e.to_string())
     }
 
     /// Environment every spawned process gets.

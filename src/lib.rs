@@ -3,7 +3,6 @@
 //! the library's results to exit codes.
 
 pub mod blast;
-pub mod bounded;
 pub mod brakes;
 pub mod cli;
 pub mod config;
@@ -12,6 +11,8 @@ pub mod diag;
 pub mod drift;
 pub mod exec;
 pub mod exit;
+pub mod fs_safe;
+pub mod git;
 pub mod graph;
 pub mod node;
 pub mod pipeline;

@@ -101,8 +101,8 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
         };
     };
     // Created afresh, never through a symlink or hard link an earlier agent planted.
-    let files = crate::state::create_owned(&spec.stdout)
-        .and_then(|o| Ok((o, crate::state::create_owned(&spec.stderr)?)));
+    let files = crate::fs_safe::create_owned(&spec.stdout)
+        .and_then(|o| Ok((o, crate::fs_safe::create_owned(&spec.stderr)?)));
     let (out, err) = match files {
         Ok(f) => f,
         Err(e) => {

@@ -268,7 +268,7 @@ fn retarget_schema(text: &str, target: &str) -> String {
 }
 
 fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateError> {
-    use crate::node::git;
+    use crate::git::git;
     let fail = |m: String| {
         CreateError::Io(format!(
             "{m}\n  a loop works in its own git worktree by default; run inside a git repository with at least one commit, or pass --no-worktree"

@@ -691,7 +691,7 @@ fn write_record(paths: &LoopPaths, r: &Record) -> Result<(), String> {
     let p = record_path(paths);
     let mut json = serde_json::to_vec_pretty(r).map_err(|e| e.to_string())?;
     json.push(b'\n');
-    crate::state::write_atomic(&paths.dir, &p, &json).map_err(|e| format!("{}: {e}", p.display()))
+    crate::fs_safe::write_atomic(&paths.dir, &p, &json).map_err(|e| format!("{}: {e}", p.display()))
 }
 
 /// Makes sure the loop's `.gitignore` hides what scheduling writes (loops created by an

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::fs_safe::{nofollow, refuse_hard_link, write_atomic};
 use crate::verdict::Verdict;
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -411,53 +412,9 @@ pub fn append_log(path: &Path, event: &str, args: &[LogArg<'_>]) -> Result<(), S
     f.write_all(line.as_bytes()).map_err(io_err(path))
 }
 
-/// Adds `O_NOFOLLOW`: opening a path whose last component is a symlink fails (`ELOOP`).
-fn nofollow(o: &mut OpenOptions) -> &mut OpenOptions {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        o.custom_flags(libc::O_NOFOLLOW);
-    }
-    o
-}
-
-/// A file with a second name elsewhere (a hard link an agent planted) is not loopflow's
-/// to append to.
-fn refuse_hard_link(f: &File) -> io::Result<()> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        if f.metadata()?.nlink() > 1 {
-            return Err(io::Error::other(
-                "has more than one hard link; loopflow never writes through one (remove it)",
-            ));
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = f;
-    Ok(())
-}
-
-/// Creates a file loopflow owns (a node's stdout, stderr, prompt) afresh: whatever sits at
-/// `path` (a planted symlink or hard link included) is unlinked first, then the file is
-/// created exclusively, so nothing outside the loop directory is ever truncated or written.
-pub fn create_owned(path: &Path) -> io::Result<File> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    nofollow(OpenOptions::new().write(true).create_new(true)).open(path)
-}
-
-/// [`create_owned`], then writes `bytes`.
-pub fn write_owned(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    create_owned(path)?.write_all(bytes)
-}
-
 /// Reads a state file. A file that does not parse is reported with line and column.
 pub fn load(path: &Path) -> Result<State, StateError> {
-    let text = crate::bounded::read_to_string(path).map_err(io_err(path))?;
+    let text = crate::fs_safe::read_to_string(path).map_err(io_err(path))?;
     // Look at the version first so a newer format is named as such, not as corruption.
     if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
         && let Some(found) = v.get("schema_version").and_then(serde_json::Value::as_u64)
@@ -484,18 +441,6 @@ pub fn save(path: &Path, state: &State) -> Result<(), StateError> {
         serde_json::to_vec_pretty(state).map_err(|e| io_err(path)(io::Error::other(e)))?;
     json.push(b'\n');
     write_atomic(dir, path, &json).map_err(io_err(path))
-}
-
-pub fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".state.tmp")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    #[cfg(unix)]
-    File::open(dir)?.sync_all()?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -310,33 +310,3 @@ impl<'a, 's> Table<'a, 's> {
         out
     }
 }
-
-/// The byte span inside a TOML string literal of the characters `range` of its value,
-/// when the literal spells the value out without escapes (the common case). Otherwise
-/// the whole literal.
-pub fn inner_span(
-    source: &SourceRef,
-    literal: &Range<usize>,
-    value: &str,
-    range: Range<usize>,
-) -> Range<usize> {
-    let raw = source.text.get(literal.clone()).unwrap_or("");
-    for quote in ["\"\"\"", "'''", "\"", "'"] {
-        if raw.len() >= 2 * quote.len() && raw.starts_with(quote) && raw.ends_with(quote) {
-            let inner = &raw[quote.len()..raw.len() - quote.len()];
-            if inner == value {
-                let base = literal.start + quote.len();
-                return base + range.start..base + range.end;
-            }
-            break;
-        }
-    }
-    // Escapes in the literal: find the same text in the raw literal instead.
-    if let Some(needle) = value.get(range.clone())
-        && !needle.is_empty()
-        && let Some(pos) = raw.find(needle)
-    {
-        return literal.start + pos..literal.start + pos + needle.len();
-    }
-    literal.clone()
-}

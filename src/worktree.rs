@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::node::git;
+use crate::git::git;
 use crate::state::{LogArg, LoopPaths, State};
 
 /// The loop's worktree directory: `worktree_path` from the state (a relative one, as

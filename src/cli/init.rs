@@ -46,7 +46,7 @@ const GITIGNORE: &[&str] = &[
 ];
 
 fn has_remote(project: &Path) -> Result<bool, String> {
-    let out = crate::node::git(project, &["remote"])?;
+    let out = crate::git::git(project, &["remote"])?;
     if !out.status.success() {
         return Err(format!(
             "{} is not a git repository: {}",

@@ -47,7 +47,7 @@ fn text(v: &Value) -> String {
 }
 
 fn tail(path: &Path, n: usize) -> Vec<String> {
-    let bytes = crate::bounded::tail(path, 256 * 1024).unwrap_or_default();
+    let bytes = crate::fs_safe::tail(path, 256 * 1024).unwrap_or_default();
     let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..]
@@ -182,7 +182,7 @@ td{{padding:.15rem 0;white-space:pre-wrap}} pre{{background:#f6f6f6;padding:.6re
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    match crate::state::write_atomic(dir, &a.html, page.as_bytes()) {
+    match crate::fs_safe::write_atomic(dir, &a.html, page.as_bytes()) {
         Ok(()) => {
             println!("wrote {} ({} loop(s))", a.html.display(), names.len());
             exit::OK

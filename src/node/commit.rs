@@ -50,7 +50,7 @@ fn fmt_score(s: f64) -> String {
 /// `cost_usd` (or Claude Code's `total_cost_usd`) and `tokens` (or `usage.input_tokens`
 /// + `usage.output_tokens`). Counted on top of the verdict's own `cost_usd`/`tokens`.
 fn reported_usage(path: &std::path::Path) -> (f64, u64) {
-    let Some(v) = crate::bounded::read_to_string(path)
+    let Some(v) = crate::fs_safe::read_to_string(path)
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .filter(serde_json::Value::is_object)

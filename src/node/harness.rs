@@ -95,7 +95,7 @@ impl HarnessNode {
             );
         }
         let render = |path: &std::path::Path| -> Result<String, String> {
-            let text = crate::bounded::read_to_string(path)
+            let text = crate::fs_safe::read_to_string(path)
                 .map_err(|e| format!("prompt {}: {e}", path.display()))?;
             crate::template::render(&ctx.env.hb, &text, &vars)
                 .map_err(|e| format!("prompt {}: {e}", path.display()))
@@ -201,7 +201,7 @@ impl NodeSpec for HarnessNode {
         if let Some(c) = &compacted {
             let _ = ctx.env.paths.log("COMPACT", &[LogArg::Word(c)]);
         }
-        if let Err(e) = crate::state::write_owned(&prompt_path, prompt.as_bytes()) {
+        if let Err(e) = crate::fs_safe::write_owned(&prompt_path, prompt.as_bytes()) {
             return fail(format!("io:{}: {e}", prompt_path.display()));
         }
         let cache = match ctx.env.config.roles.get(&self.role.value) {
@@ -245,7 +245,7 @@ impl NodeSpec for HarnessNode {
                 .stdout_path
                 .as_ref()
                 // Bounded like every other read of agent output (16 MiB).
-                .and_then(|p| crate::bounded::read_to_string(p).ok())
+                .and_then(|p| crate::fs_safe::read_to_string(p).ok())
                 .unwrap_or_default();
             let u = crate::preset::extract(&usage, &text);
             o.cost_usd = u.cost_usd;

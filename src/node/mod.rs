@@ -17,7 +17,6 @@ mod commit;
 pub mod floor_check;
 mod gate;
 mod git_commit;
-pub use git_commit::{changed_paths, git};
 mod harness;
 mod verdict;
 
@@ -200,7 +199,7 @@ pub fn spawn_node(
     };
     let done = crate::process::run(&spec);
     // Only the capped head: a runaway agent's gigabytes stay on disk.
-    let cut = crate::bounded::head(&stdout, OUTPUT_CAP as u64).unwrap_or_default();
+    let cut = crate::fs_safe::head(&stdout, OUTPUT_CAP as u64).unwrap_or_default();
     let output = NodeOutput {
         exit_code: done.exit.code(),
         stdout_path: Some(stdout),

@@ -53,7 +53,7 @@ impl NodeSpec for VerdictNode {
         // last. At most `VERDICT_TAIL` bytes, so endless output cannot exhaust memory.
         let text = match (&src.answer, &src.stdout_path) {
             (Some(a), _) => a.clone(),
-            (None, Some(p)) => crate::bounded::tail(p, crate::bounded::VERDICT_TAIL)
+            (None, Some(p)) => crate::fs_safe::tail(p, crate::fs_safe::VERDICT_TAIL)
                 .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .unwrap_or_else(|_| src.output.clone().unwrap_or_default()),
             (None, None) => src.output.clone().unwrap_or_default(),
@@ -69,7 +69,7 @@ impl NodeSpec for VerdictNode {
                     .stdout_path
                     .as_ref()
                     .and_then(|p| std::fs::metadata(p).ok())
-                    .is_some_and(|m| m.len() > crate::bounded::VERDICT_TAIL);
+                    .is_some_and(|m| m.len() > crate::fs_safe::VERDICT_TAIL);
                 let note = if big && src.answer.is_none() {
                     " (only the last MiB of a longer output is read: print the verdict last)"
                 } else {

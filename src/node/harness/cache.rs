@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use crate::config::Role;
 use crate::exec::NodeCtx;
-use crate::node::{NodeOutput, OUTPUT_CAP, git};
+use crate::git::git;
+use crate::node::{NodeOutput, OUTPUT_CAP};
 
 /// How many verdicts a role's cache keeps (oldest dropped first).
 const MAX_ENTRIES: usize = 64;
@@ -155,7 +156,7 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String> {
 }
 
 fn load(path: &Path) -> CacheFile {
-    crate::bounded::read_to_string(path)
+    crate::fs_safe::read_to_string(path)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default()
@@ -169,12 +170,12 @@ pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
     let id = &ctx.node.id.value;
     let stdout = ctx.output_file(id, "stdout");
     let stderr = ctx.output_file(id, "stderr");
-    crate::state::write_owned(&stdout, entry.stdout.as_bytes()).ok()?;
+    crate::fs_safe::write_owned(&stdout, entry.stdout.as_bytes()).ok()?;
     let note = format!(
         "loopflow: verdict cache hit (task and artifact as in tick {}); {role} was not run\n",
         entry.tick
     );
-    crate::state::write_owned(&stderr, note.as_bytes()).ok()?;
+    crate::fs_safe::write_owned(&stderr, note.as_bytes()).ok()?;
     let cut = &entry.stdout.as_bytes()[..entry.stdout.len().min(OUTPUT_CAP)];
     Some(NodeOutput {
         exit_code: Some(0),
@@ -189,7 +190,7 @@ pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
 /// Remembers a successful run's stdout under `key` when it holds a verdict (best-effort: a cache that cannot be
 /// written only means the next identical tick grades again).
 pub fn store(ctx: &NodeCtx<'_>, role: &str, key: &str, stdout: Option<&Path>) {
-    let Some(text) = stdout.and_then(|p| crate::bounded::read_to_string(p).ok()) else {
+    let Some(text) = stdout.and_then(|p| crate::fs_safe::read_to_string(p).ok()) else {
         return;
     };
     // Only a verdict is worth replaying: output that does not parse halts the loop, and

@@ -1,0 +1,126 @@
+//! Safe file access. Agents write the files loopflow reads back (their stdout, output
+//! files, the backlog, even a config they should not touch) and may swap one for a
+//! gigabyte file, a symlink to `/dev/zero` or a hard link to something else: no read may
+//! exhaust memory or hang, and no write may land outside the file loopflow meant.
+//! Bounded reads, `O_NOFOLLOW` opens, exclusive creation, and atomic replace live here.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+/// The most of a node's stdout the verdict parser reads: its last 1 MiB (the verdict is
+/// usually the last thing a verifier prints).
+pub const VERDICT_TAIL: u64 = 1 << 20;
+
+/// The largest text file (a config, prompt, backlog, state, agent output file) loopflow
+/// reads whole.
+pub const TEXT_MAX: u64 = 16 << 20;
+
+/// At most the first `cap` bytes of `path`.
+pub fn head(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    File::open(path)?.take(cap).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// At most the last `cap` bytes of `path` (of a file whose size is unknown, such as a
+/// device, the first `cap`).
+pub fn tail(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+    let mut f = File::open(path)?;
+    let len = f.metadata()?.len();
+    if len > cap {
+        f.seek(SeekFrom::Start(len - cap))?;
+    }
+    let mut out = Vec::new();
+    f.take(cap).read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// A whole text file, refused when it is larger than [`TEXT_MAX`] (or endless).
+pub fn read_to_string(path: &Path) -> io::Result<String> {
+    let bytes = head(path, TEXT_MAX + 1)?;
+    if bytes.len() as u64 > TEXT_MAX {
+        return Err(io::Error::other(format!(
+            "larger than {} MiB; loopflow does not read files that large",
+            TEXT_MAX >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Adds `O_NOFOLLOW`: opening a path whose last component is a symlink fails (`ELOOP`).
+pub fn nofollow(o: &mut OpenOptions) -> &mut OpenOptions {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NOFOLLOW);
+    }
+    o
+}
+
+/// A file with a second name elsewhere (a hard link an agent planted) is not loopflow's
+/// to append to.
+pub fn refuse_hard_link(f: &File) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if f.metadata()?.nlink() > 1 {
+            return Err(io::Error::other(
+                "has more than one hard link; loopflow never writes through one (remove it)",
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = f;
+    Ok(())
+}
+
+/// Creates a file loopflow owns (a node's stdout, stderr, prompt) afresh: whatever sits at
+/// `path` (a planted symlink or hard link included) is unlinked first, then the file is
+/// created exclusively, so nothing outside the loop directory is ever truncated or written.
+pub fn create_owned(path: &Path) -> io::Result<File> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    nofollow(OpenOptions::new().write(true).create_new(true)).open(path)
+}
+
+/// [`create_owned`], then writes `bytes`.
+pub fn write_owned(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    create_owned(path)?.write_all(bytes)
+}
+
+pub fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".state.tmp")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    #[cfg(unix)]
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_and_tails() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, "0123456789").unwrap();
+        assert_eq!(head(&p, 4).unwrap(), b"0123");
+        assert_eq!(tail(&p, 4).unwrap(), b"6789");
+        assert_eq!(tail(&p, 40).unwrap(), b"0123456789");
+        assert_eq!(read_to_string(&p).unwrap(), "0123456789");
+        #[cfg(unix)]
+        {
+            assert_eq!(tail(Path::new("/dev/zero"), 8).unwrap(), vec![0; 8]);
+            assert!(read_to_string(Path::new("/dev/zero")).is_err());
+        }
+    }
+}
