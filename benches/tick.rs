@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use loopflow::exec::{RunOptions, run_tick};
-use loopflow::project::{CreateOptions, create};
+use loopflow::create::{CreateOptions, create};
+use loopflow::tick::{RunOptions, run_tick};
 
 const VERDICT: &str = r#"{"pass": false, "score": 0.5}"#;
 

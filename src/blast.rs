@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::config::LoopConfig;
+use crate::toml_read::Str;
 
 pub const ALWAYS_DENIED: &[&str] = &[
     ".git",
@@ -87,16 +87,18 @@ fn resolve_in(abs: &Path, hops: usize) -> PathBuf {
 }
 
 impl Radius {
-    pub fn new(root: &Path, config: &LoopConfig) -> Result<Radius, String> {
+    /// The radius rooted at `root` (resolved), from a loop's `allow` and `deny` globs;
+    /// each glob set is compiled once, so checking a path costs one match per set.
+    pub fn new(root: &Path, allow_globs: &[Str], deny_globs: &[Str]) -> Result<Radius, String> {
         let root = root
             .canonicalize()
             .map_err(|e| format!("{}: {e}", root.display()))?;
         let mut allow = GlobSetBuilder::new();
-        for g in &config.allow {
+        for g in allow_globs {
             allow.add(glob(&g.value).map_err(|e| e.to_string())?);
         }
         let mut deny = GlobSetBuilder::new();
-        for g in &config.deny {
+        for g in deny_globs {
             deny.add(glob(&g.value).map_err(|e| e.to_string())?);
         }
         // Case-insensitive: on macOS and Windows `.GIT/config` *is* `.git/config`.
@@ -110,7 +112,7 @@ impl Radius {
         }
         Ok(Radius {
             root,
-            allow_all: config.allow.is_empty(),
+            allow_all: allow_globs.is_empty(),
             allow: allow.build().map_err(|e| e.to_string())?,
             deny: deny.build().map_err(|e| e.to_string())?,
         })

@@ -139,15 +139,8 @@ pub fn load(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
     let doc = toml_read::parse(&source, diags)?;
     let root = Table::new(&source, doc.get_ref(), 0..0, "");
     root.deny_unknown(&["command", "model_args", "usage"], diags);
-    let command = crate::config::argv(&root, "command", diags)?;
-    let model_args = root
-        .str_list("model_args", diags)
-        .map(|(v, _)| {
-            v.iter()
-                .map(|s| Tmpl::literal(&source, &s.value, s.span.clone()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let command = root.argv("command", diags)?;
+    let model_args = root.templates("model_args", diags).unwrap_or_default();
     let usage = root
         .table("usage", diags)
         .map(|t| UsageRule::read(&t, diags))

@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::reason::Failure;
+
 /// How long a group gets between TERM and KILL.
 pub const GRACE: Duration = Duration::from_secs(5);
 
@@ -34,14 +36,14 @@ pub enum Exit {
 }
 
 impl Exit {
-    /// `exit:1`, `signal:9`, `timeout`, `interrupted`, `spawn:<why>`: used in log lines.
-    pub fn reason(&self) -> String {
+    /// The failure this exit is, for a node (`exit:1`, `signal:9`, `timeout`, …).
+    pub fn failure(&self) -> Failure {
         match self {
-            Exit::Code(c) => format!("exit:{c}"),
-            Exit::Signal(s) => format!("signal:{s}"),
-            Exit::TimedOut => "timeout".into(),
-            Exit::Interrupted => "interrupted".into(),
-            Exit::SpawnFailed(e) => format!("spawn:{e}"),
+            Exit::Code(c) => Failure::Exit(*c),
+            Exit::Signal(s) => Failure::Signal(*s),
+            Exit::TimedOut => Failure::Timeout,
+            Exit::Interrupted => Failure::Interrupted,
+            Exit::SpawnFailed(e) => Failure::Spawn(e.clone()),
         }
     }
 

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{LogArg, LoopPaths};
+use crate::state::{Event, LogArg, LoopPaths};
 
 /// Where a schedule can be generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -1148,7 +1148,7 @@ fn toggle_best_effort(paths: &LoopPaths, on: bool) {
             args.push(LogArg::Kv("reason", e.clone()));
         }
     }
-    let _ = paths.log("SCHEDULE", &args);
+    let _ = paths.log(Event::Schedule, &args);
 }
 
 /// Called on every HALT: turns the installed schedule off when it can and logs

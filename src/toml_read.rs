@@ -1,6 +1,7 @@
 //! Reading TOML with spans kept on every key and value, pushing every problem (wrong type,
 //! unknown key with a suggestion, missing key) into a diagnostics list instead of stopping
-//! at the first one. Built on `toml::de::DeTable`, which keeps spans everywhere.
+//! at the first one. Built on `toml::de::DeTable`, which keeps spans everywhere. The
+//! value shapes loopflow's files share (argv templates, durations) are read here too.
 
 use std::ops::Range;
 
@@ -8,6 +9,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::diag::{Code, Diagnostic, Diagnostics, SourceRef, suggest};
+use crate::template::Tmpl;
 
 /// A string value with the span of its TOML literal (quotes included).
 #[derive(Debug, Clone, PartialEq)]
@@ -309,4 +311,71 @@ impl<'a, 's> Table<'a, 's> {
         }
         out
     }
+}
+
+impl Table<'_, '_> {
+    /// A command: a non-empty list of templates, one argv element each.
+    pub fn argv(&self, key: &str, diags: &mut Diagnostics) -> Option<Vec<Tmpl>> {
+        let (items, span) = self.str_list(key, diags)?;
+        if items.is_empty() {
+            diags.push(empty_argv(self.source, span, &self.dotted(key)));
+            return None;
+        }
+        Some(
+            items
+                .iter()
+                .map(|s| Tmpl::literal(self.source, &s.value, s.span.clone()))
+                .collect(),
+        )
+    }
+
+    /// A list of templates that may be empty (`model_args`).
+    pub fn templates(&self, key: &str, diags: &mut Diagnostics) -> Option<Vec<Tmpl>> {
+        self.str_list(key, diags).map(|(v, _)| {
+            v.iter()
+                .map(|s| Tmpl::literal(self.source, &s.value, s.span.clone()))
+                .collect()
+        })
+    }
+
+    /// A `timeout`-like key: a duration longer than zero.
+    pub fn duration(&self, key: &str, diags: &mut Diagnostics) -> Option<std::time::Duration> {
+        let s = self.str(key, diags)?;
+        match crate::duration::parse_duration(&s.value) {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) => {
+                diags.push(
+                    Diagnostic::error(
+                        Code::InvalidValue,
+                        self.source,
+                        s.span,
+                        format!("`{key}` must be longer than zero"),
+                    )
+                    .label("zero")
+                    .help("use a duration such as \"90s\", \"30m\" or \"1h30m\""),
+                );
+                None
+            }
+            Err(e) => {
+                diags.push(
+                    Diagnostic::error(
+                        Code::InvalidValue,
+                        self.source,
+                        s.span,
+                        format!("invalid duration for `{key}`: {e}"),
+                    )
+                    .label("not a duration")
+                    .help("use a duration such as \"90s\", \"30m\" or \"1h30m\""),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// `key` is an empty command.
+pub fn empty_argv(source: &SourceRef, span: Range<usize>, key: &str) -> Diagnostic {
+    Diagnostic::error(Code::EmptyArgv, source, span, format!("`{key}` is empty"))
+        .label("nothing to run")
+        .help("give the program and its arguments, e.g. [\"cargo\", \"test\"]")
 }

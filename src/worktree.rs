@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::git::git;
-use crate::state::{LogArg, LoopPaths, State};
+use crate::state::{Event, LogArg, LoopPaths, State};
 
 /// The loop's worktree directory: `worktree_path` from the state (a relative one, as
 /// older loopflow wrote when run with `--project .`, resolves against the project, never
@@ -177,7 +177,7 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, String> {
             let paths = LoopPaths::new(project, name);
             if paths.dir.is_dir() {
                 let _ = paths.log(
-                    "WORKTREE",
+                    Event::Worktree,
                     &[
                         LogArg::Kv("removed", p.clone()),
                         LogArg::Kv("reason", why.clone()),

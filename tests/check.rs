@@ -717,7 +717,7 @@ fn pipeline_schema_agrees_with_the_checker() {
         .expect("NodeFile properties");
     let mut keys: Vec<&str> = loopflow::node::COMMON_KEYS.to_vec();
     for k in loopflow::node::REGISTRY {
-        keys.extend(k.keys());
+        keys.extend(k.keys().iter().map(|k| k.name));
     }
     for key in keys {
         assert!(
@@ -734,7 +734,7 @@ fn pipeline_schema_agrees_with_the_checker() {
         let unknown = out.stdout.contains("\"code\": \"unknown-key\"");
         let kind_specific = loopflow::node::REGISTRY
             .iter()
-            .any(|k| k.keys().contains(&key.as_str()));
+            .any(|k| k.keys().iter().any(|x| x.name == key.as_str()));
         assert!(
             !unknown || kind_specific,
             "`{key}` is in the schema but check rejects it"
@@ -922,7 +922,7 @@ fn without_a_preset_the_verdicts_spend_counts() {
 /// always-set variable and every `nodes.<id>` field, in a real run.
 #[test]
 fn variables_check_accepts_are_set_at_run_time() {
-    use loopflow::pipeline::{ALWAYS, NODE_FIELDS};
+    use loopflow::template::vars::{ALWAYS, NODE_FIELDS};
     let p = common::Project::new();
     assert_eq!(p.create("vars", Some("the task")).code, 0);
     let mut argv: Vec<String> = vec!["printf".into(), "%s|".into()];

@@ -4,8 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::config::LoopConfig;
-use crate::diag::{Code, Diagnostic, Diagnostics, Format, Source, render};
+use crate::diag::{Diagnostics, Format, Source, render};
 use crate::exit;
 use crate::pipeline::Pipeline;
 
@@ -45,13 +44,6 @@ pub struct SchemaArgs {
     /// One of: pipeline, loop, state, verdict.
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::schema::NAMES))]
     pub name: String,
-}
-
-fn is_loop_config(p: &Path) -> bool {
-    matches!(
-        p.file_name().and_then(|f| f.to_str()),
-        Some("loop.toml" | "loop.json")
-    )
 }
 
 /// Files to check under a directory: every *.toml (and loop.json), skipping worktrees,
@@ -145,93 +137,12 @@ fn glob(pattern: &Path) -> Option<Vec<PathBuf>> {
     Some(out)
 }
 
-/// Checks one file into `diags`; for a loop.toml, adds its roles' expanded argv to
-/// `explain`.
-fn check_file_explained(
-    path: &Path,
-    base: &Path,
-    diags: &mut Diagnostics,
-    explain: &mut Vec<String>,
-) {
-    if is_loop_config(path) {
-        match LoopConfig::read(path, base, diags) {
-            Err(e) => diags.push(io_diag(path, base, &e)),
-            Ok(None) => {}
-            Ok(Some(cfg)) => {
-                let pipeline = match &cfg.pipeline {
-                    None => Some(Pipeline::builtin()),
-                    Some((p, lit)) => match Source::read(p, base) {
-                        Ok(src) => Pipeline::load(&src, diags),
-                        Err(e) => {
-                            diags.push(
-                                Diagnostic::error(
-                                    Code::MissingFile,
-                                    &cfg.source,
-                                    lit.span.clone(),
-                                    format!(
-                                        "cannot read pipeline `{}`: {}",
-                                        crate::diag::display_name(p, base),
-                                        io_reason(&e)
-                                    ),
-                                )
-                                .label("this pipeline")
-                                .help(format!(
-                                    "relative paths resolve against {} (the directory of loop.toml); fix the path, or remove `pipeline` to run the built-in tick",
-                                    crate::diag::display_name(&cfg.dir, base)
-                                )),
-                            );
-                            None
-                        }
-                    },
-                };
-                if let Some(p) = pipeline {
-                    cfg.check_against(&p, base, diags);
-                    explain.push(cfg.explain(&p));
-                }
-            }
-        }
-    } else {
-        match Source::read(path, base) {
-            Ok(src) => {
-                Pipeline::load(&src, diags);
-            }
-            Err(e) => diags.push(io_diag(path, base, &e)),
-        }
-    }
-}
-
-/// `std::io::Error` without its "(os error 2)" suffix.
-fn io_reason(e: &std::io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" (os error") {
-        Some(i) => s[..i].to_lowercase(),
-        None => s,
-    }
-}
-
-fn io_diag(path: &Path, base: &Path, e: &std::io::Error) -> Diagnostic {
-    let src = Source::new(crate::diag::display_name(path, base), path, "");
-    let help = if e.kind() == std::io::ErrorKind::InvalidData {
-        "loopflow files are UTF-8 text; is this a TOML file?"
-    } else {
-        "check the path and the file's permissions"
-    };
-    Diagnostic::error(
-        Code::MissingFile,
-        &src,
-        0..0,
-        format!("cannot read {}: {}", src.name, io_reason(e)),
-    )
-    .label("unreadable")
-    .help(help)
-}
-
 pub fn check(project: &Path, a: CheckArgs) -> i32 {
     let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
     let mut files = Vec::new();
     let roots: Vec<PathBuf> = if a.paths.is_empty() {
         let mut r = vec![project.join("pipelines")];
-        for n in crate::project::list_loops(project) {
+        for n in crate::state::list_loops(project) {
             r.push(crate::state::LoopPaths::new(project, &n).config());
         }
         r.into_iter().filter(|p| p.exists()).collect()
@@ -265,7 +176,7 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
     let mut diags = Diagnostics::default();
     let mut explained = Vec::new();
     for f in &files {
-        check_file_explained(f, &base, &mut diags, &mut explained);
+        crate::load::check_file(f, &base, &mut diags, &mut explained);
     }
     if a.explain {
         // On stdout for people; on stderr when stdout is a machine format.

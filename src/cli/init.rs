@@ -8,8 +8,8 @@ use std::path::Path;
 
 use clap::Args;
 
+use crate::create::{CreateError, CreateOptions, TEMPLATES, template, template_list};
 use crate::exit;
-use crate::project::{CreateError, CreateOptions, TEMPLATES, template, template_list};
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
@@ -188,7 +188,7 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
             worktree: !a.no_worktree,
             harness: None,
         };
-        match crate::project::create(project, &o) {
+        match crate::create::create(project, &o) {
             Ok(paths) => println!(
                 "created loop `{name}` from template `{}` in {}",
                 t.name,

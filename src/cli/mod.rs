@@ -5,14 +5,22 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::exit;
+use crate::state::{LoopPaths, State};
+use crate::tick::RunError;
 
 mod check;
+mod control;
+mod create;
+mod daemon;
+mod demo;
 mod drift;
 mod init;
-mod loops;
 mod report;
 mod run;
 mod schedule;
+mod status;
+
+pub use run::report;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -44,29 +52,29 @@ pub enum Command {
     /// Run one tick of a loop (what a scheduler fires).
     Run(run::RunArgs),
     /// Run ticks on an interval until stopped (opt-in fallback to a native scheduler).
-    Daemon(run::DaemonArgs),
+    Daemon(daemon::DaemonArgs),
     /// Lint pipeline and loop files; exits 3 when any error is found.
     Check(check::CheckArgs),
     /// Draw a pipeline's DAG.
     Graph(check::GraphArgs),
     /// Create a loop from a template.
-    Create(loops::CreateArgs),
+    Create(create::CreateArgs),
     /// Show loops: iteration, halt, task, phase, last score, spend.
-    Status(loops::StatusArgs),
+    Status(status::StatusArgs),
     /// Print a loop's event log.
-    Log(loops::LogArgs),
+    Log(status::LogArgs),
     /// Evaluate a loop's brakes.
-    Gate(loops::GateArgs),
+    Gate(control::GateArgs),
     /// Exit 0 when the loop may tick, 1 when not.
-    CanContinue(loops::LoopArg),
+    CanContinue(control::LoopArg),
     /// Halt a loop with a reason; only `approve` clears it.
-    Halt(loops::HaltArgs),
+    Halt(control::HaltArgs),
     /// Clear a loop's halt (a human's decision, recorded).
-    Approve(loops::ApproveArgs),
+    Approve(control::ApproveArgs),
     /// Move the loop's task to another phase.
-    Transition(loops::TransitionArgs),
+    Transition(control::TransitionArgs),
     /// Exit 0 when every path is inside the loop's blast radius, 1 otherwise.
-    CanEdit(loops::CanEditArgs),
+    CanEdit(control::CanEditArgs),
     /// Print the JSON Schema of a file format.
     Schema(check::SchemaArgs),
     /// Install, remove or print a loop's native schedule (systemd, launchd, cron, …).
@@ -74,7 +82,7 @@ pub enum Command {
     /// Manage loop worktrees (`gc` prunes stale ones).
     Worktree(schedule::WorktreeArgs),
     /// Run a real loop with a built-in fake agent in a throw-away project.
-    Demo(crate::demo::DemoArgs),
+    Demo(demo::DemoArgs),
     /// Set a project up: .loopflow/, a first loop from a template, .gitignore lines.
     Init(init::InitArgs),
     /// List docs whose last-read-sha is older than the code they describe (JSON lines).
@@ -83,7 +91,7 @@ pub enum Command {
     Report(report::ReportArgs),
     /// The demo's fake agent (used by `demo`; also handy in tests).
     #[command(hide = true)]
-    FakeAgent(crate::demo::FakeAgentArgs),
+    FakeAgent(demo::FakeAgentArgs),
 }
 
 /// Colour for human output, decided once: NO_COLOR, CLICOLOR, CLICOLOR_FORCE, TTY.
@@ -133,37 +141,54 @@ pub fn main() -> i32 {
     }
     match cli.command {
         Command::Run(a) => run::run(&project, a),
-        Command::Daemon(a) => run::daemon(&project, a),
+        Command::Daemon(a) => daemon::daemon(&project, a),
         Command::Check(a) => check::check(&project, a),
         Command::Graph(a) => check::graph(a),
-        Command::Create(a) => loops::create(&project, a),
-        Command::Status(a) => loops::status(&project, a),
-        Command::Log(a) => loops::log(&project, a),
-        Command::Gate(a) => loops::gate(&project, a),
-        Command::CanContinue(a) => loops::can_continue(&project, a),
-        Command::Halt(a) => loops::halt(&project, a),
-        Command::Approve(a) => loops::approve(&project, a),
-        Command::Transition(a) => loops::transition(&project, a),
-        Command::CanEdit(a) => loops::can_edit(&project, a),
+        Command::Create(a) => create::create(&project, a),
+        Command::Status(a) => status::status(&project, a),
+        Command::Log(a) => status::log(&project, a),
+        Command::Gate(a) => control::gate(&project, a),
+        Command::CanContinue(a) => control::can_continue(&project, a),
+        Command::Halt(a) => control::halt(&project, a),
+        Command::Approve(a) => control::approve(&project, a),
+        Command::Transition(a) => control::transition(&project, a),
+        Command::CanEdit(a) => control::can_edit(&project, a),
         Command::Schema(a) => check::schema(a),
         Command::Schedule(a) => schedule::schedule(&project, a),
         Command::Worktree(a) => schedule::worktree(&project, a),
-        Command::Demo(a) => crate::demo::demo(a),
-        Command::FakeAgent(a) => crate::demo::fake_agent(a),
+        Command::Demo(a) => demo::demo(a),
+        Command::FakeAgent(a) => demo::fake_agent(a),
         Command::Init(a) => init::init(&project, a),
         Command::Drift(a) => drift::drift(a),
         Command::Report(a) => report::report(&project, a),
     }
 }
 
-pub use loops::status_table;
-
-/// Prints a run error and returns its exit code (for the demo).
-pub fn run_report(e: &crate::exec::RunError) -> i32 {
-    run::report(e)
+/// Validates the name and requires the loop's state; prints why not.
+pub(crate) fn open(project: &std::path::Path, name: &str) -> Result<(LoopPaths, State), i32> {
+    if let Err(e) = crate::state::check_loop_name(name) {
+        eprintln!("error: {e}");
+        return Err(exit::USAGE);
+    }
+    let paths = LoopPaths::new(project, name);
+    if !paths.state.exists() {
+        eprintln!(
+            "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",
+            project.display()
+        );
+        return Err(exit::USAGE);
+    }
+    match paths.load() {
+        Ok(s) => Ok((paths, s)),
+        Err(e) => Err(report(&RunError::State(e))),
+    }
 }
 
-/// One loop's `status --json` row.
-pub fn status_json(project: &std::path::Path, name: &str) -> Option<serde_json::Value> {
-    loops::status_row(project, name).ok()
+/// The loop's `loop.toml`, checked; prints the problems and gives the exit code if not.
+pub(crate) fn config(
+    paths: &LoopPaths,
+    project: &std::path::Path,
+) -> Result<crate::config::LoopConfig, i32> {
+    let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
+    crate::load::config(paths, &base).map_err(|e| report(&e.into()))
 }

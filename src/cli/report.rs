@@ -151,10 +151,10 @@ fn loop_section(out: &mut String, project: &Path, name: &str, row: &Value, log_l
 }
 
 pub fn report(project: &Path, a: ReportArgs) -> i32 {
-    let names = crate::project::list_loops(project);
+    let names = crate::state::list_loops(project);
     let mut body = String::new();
     for n in &names {
-        if let Some(row) = super::status_json(project, n) {
+        if let Ok(row) = super::status::status_row(project, n) {
             loop_section(&mut body, project, n, &row, a.log_lines);
         }
     }

@@ -7,11 +7,10 @@ use clap::{Args, Subcommand};
 
 use crate::config::LoopConfig;
 use crate::diag::Diagnostics;
-use crate::exec::RunError;
 use crate::exit;
-use crate::project::check_loop_name;
 use crate::schedule::{self, Platform, Target};
-use crate::state::LoopPaths;
+use crate::state::{Event, LoopPaths, check_loop_name};
+use crate::tick::RunError;
 
 use super::run::report;
 
@@ -148,7 +147,7 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
                         println!("{l}");
                     }
                     let _ = paths.log(
-                        "SCHEDULE",
+                        Event::Schedule,
                         &[
                             crate::state::LogArg::Kv("installed", r.platform.name().into()),
                             crate::state::LogArg::Kv("every", format!("{}s", r.interval_seconds)),
@@ -189,7 +188,7 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
                     }
                     if paths.dir.is_dir() {
                         let _ = paths.log(
-                            "SCHEDULE",
+                            Event::Schedule,
                             &[crate::state::LogArg::Kv("uninstalled", "true".into())],
                         );
                     }

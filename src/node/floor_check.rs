@@ -4,9 +4,8 @@
 
 use crate::config::HARD_CONTEXT_FLOOR;
 use crate::diag::Diagnostics;
-use crate::exec::NodeCtx;
-use crate::node::{NodeKind, NodeOutput, NodeRun, NodeSpec};
-use crate::state::LogArg;
+use crate::node::{NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::reason::{HaltReason, Intervention};
 use crate::toml_read::Table;
 
 pub struct FloorCheck;
@@ -17,9 +16,6 @@ impl NodeKind for FloorCheck {
     }
     fn about(&self) -> &'static str {
         "halts when the agent's context window is below the floor"
-    }
-    fn keys(&self) -> &'static [&'static str] {
-        &[]
     }
     fn parse(&self, _t: &Table<'_, '_>, _d: &mut Diagnostics) -> Option<Box<dyn NodeSpec>> {
         Some(Box::new(FloorNode))
@@ -43,7 +39,7 @@ pub fn detect() -> Option<(u64, &'static str)> {
 
 impl FloorNode {
     fn measure(ctx: &NodeCtx<'_>) -> (Option<(u64, String)>, u64) {
-        let b = &ctx.env.config.brakes;
+        let b = &ctx.config().brakes;
         let floor = b.min_context_tokens.max(HARD_CONTEXT_FLOOR);
         let tokens = b
             .context_tokens
@@ -57,23 +53,16 @@ impl NodeSpec for FloorNode {
     fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
         match Self::measure(ctx) {
             (Some((n, from)), floor) if n < floor => NodeRun::Halt {
-                reason: "human_intervention:context_below_floor".into(),
+                reason: HaltReason::HumanIntervention(Intervention::ContextBelowFloor),
                 detail: Some(format!(
                     "context {n} tokens ({from}) is below the floor of {floor}"
                 )),
             },
             (Some(_), _) => NodeRun::Ok(NodeOutput::default()),
             (None, floor) => {
-                let _ = ctx.env.paths.log(
-                    "WARN",
-                    &[
-                        LogArg::Kv("node", ctx.node.id.value.clone()),
-                        LogArg::Kv(
-                            "msg",
-                            format!("context size unknown; set brakes.context_tokens to enforce the {floor}-token floor"),
-                        ),
-                    ],
-                );
+                ctx.warn(format!(
+                    "context size unknown; set brakes.context_tokens to enforce the {floor}-token floor"
+                ));
                 NodeRun::Ok(NodeOutput::default())
             }
         }

@@ -1,10 +1,9 @@
 //! `gate`: every brake (DESIGN §6), as evaluated once at tick start; not ok ends the
 //! tick as SKIP or HALT.
 
-use crate::brakes::Verdict;
+use crate::brakes::GateVerdict;
 use crate::diag::Diagnostics;
-use crate::exec::NodeCtx;
-use crate::node::{NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::node::{NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
 use crate::toml_read::Table;
 
 pub struct Gate;
@@ -15,9 +14,6 @@ impl NodeKind for Gate {
     }
     fn about(&self) -> &'static str {
         "evaluates every brake; not ok ends the tick as SKIP or HALT"
-    }
-    fn keys(&self) -> &'static [&'static str] {
-        &[]
     }
     fn parse(&self, _t: &Table<'_, '_>, _d: &mut Diagnostics) -> Option<Box<dyn NodeSpec>> {
         Some(Box::new(GateNode))
@@ -33,19 +29,20 @@ impl NodeSpec for GateNode {
     }
 
     fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
-        match ctx.env.gate.verdict.clone() {
-            Verdict::Pass => NodeRun::Ok(NodeOutput::default()),
-            Verdict::Skip(r) => NodeRun::Skip(r),
-            Verdict::Halt { reason, detail } => NodeRun::Halt {
-                reason,
-                detail: Some(detail),
+        match &ctx.scope().gate.verdict {
+            GateVerdict::Pass => NodeRun::Ok(NodeOutput::default()),
+            GateVerdict::Skip(r) => NodeRun::Skip(r.clone()),
+            GateVerdict::Halt { reason, detail } => NodeRun::Halt {
+                reason: reason.clone(),
+                detail: Some(detail.clone()),
             },
         }
     }
 
     fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
-        let r = &ctx.env.gate;
-        let failing: Vec<String> = r
+        let failing: Vec<String> = ctx
+            .scope()
+            .gate
             .checks
             .iter()
             .filter(|c| !c.ok)

@@ -4,12 +4,11 @@
 
 use std::path::Path;
 
-use crate::git::{changed_paths, git, ok};
-
 use crate::blast::Radius;
 use crate::diag::Diagnostics;
-use crate::exec::NodeCtx;
-use crate::node::{NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::git::{changed_paths, git, ok};
+use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::reason::{Failure, HaltReason, Intervention};
 use crate::template::Tmpl;
 use crate::toml_read::Table;
 
@@ -24,8 +23,12 @@ impl NodeKind for GitCommit {
     fn about(&self) -> &'static str {
         "commits the worktree's changes, refusing any path outside the blast radius"
     }
-    fn keys(&self) -> &'static [&'static str] {
-        &["message"]
+    fn keys(&self) -> &'static [Key] {
+        &[Key {
+            name: "message",
+            ty: KeyType::String,
+            about: "git-commit: the commit message template.",
+        }]
     }
     fn parse(&self, t: &Table<'_, '_>, d: &mut Diagnostics) -> Option<Box<dyn NodeSpec>> {
         let message = t
@@ -87,26 +90,24 @@ impl NodeSpec for GitCommitNode {
     }
 
     fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
-        let fail = |reason: String| NodeRun::Failed {
-            reason,
-            output: NodeOutput::default(),
-        };
-        let cwd = &ctx.env.cwd;
-        if ctx.env.config.worktree
-            && let Err(why) = own_worktree(cwd, &ctx.env.paths.name)
+        let blast = HaltReason::HumanIntervention(Intervention::BlastRadius);
+        let scope = ctx.scope();
+        let cwd = scope.cwd;
+        if ctx.config().worktree
+            && let Err(why) = own_worktree(cwd, scope.loop_name)
         {
             return NodeRun::Halt {
-                reason: "human_intervention:blast_radius".into(),
+                reason: blast,
                 detail: Some(format!("{}: {why}", cwd.display())),
             };
         }
-        let radius = match Radius::new(cwd, ctx.env.config) {
+        let radius = match Radius::new(cwd, &ctx.config().allow, &ctx.config().deny) {
             Ok(r) => r,
-            Err(e) => return fail(format!("blast_radius:{e}")),
+            Err(e) => return NodeRun::fail(Failure::BlastRadius(e)),
         };
         let paths = match changed_paths(cwd) {
             Ok(p) => p,
-            Err(e) => return fail(e),
+            Err(e) => return NodeRun::fail(Failure::Git(e)),
         };
         let mut refused = Vec::new();
         for p in &paths {
@@ -128,7 +129,7 @@ impl NodeSpec for GitCommitNode {
         }
         if !refused.is_empty() {
             return NodeRun::Halt {
-                reason: "human_intervention:blast_radius".into(),
+                reason: blast,
                 detail: Some(refused.join("; ")),
             };
         }
@@ -141,11 +142,11 @@ impl NodeSpec for GitCommitNode {
         };
         let message = match message {
             Ok(m) => m,
-            Err(e) => return fail(format!("template:{e}")),
+            Err(e) => return NodeRun::fail(Failure::Template(e.to_string())),
         };
         let add = git(cwd, &["add", "-A", "--", "."]).and_then(|o| ok(o, "add"));
         if let Err(e) = add {
-            return fail(e);
+            return NodeRun::fail(Failure::Git(e));
         }
         match git(
             cwd,
@@ -168,18 +169,19 @@ impl NodeSpec for GitCommitNode {
                 output: Some(message),
                 ..Default::default()
             }),
-            Err(e) => fail(e),
+            Err(e) => NodeRun::fail(Failure::Git(e)),
         }
     }
 
     fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
         let m = match &self.message {
-            Some(t) => ctx.render(&t.text)?,
-            None => ctx.render(DEFAULT_MESSAGE)?,
-        };
+            Some(t) => ctx.render(&t.text),
+            None => ctx.render(DEFAULT_MESSAGE),
+        }
+        .map_err(|e| e.to_string())?;
         Ok(Some(format!(
             "would commit in {} with message {m:?}",
-            ctx.env.cwd.display()
+            ctx.scope().cwd.display()
         )))
     }
 }

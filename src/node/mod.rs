@@ -1,12 +1,13 @@
-//! Node kinds. Each kind is one file implementing [`NodeKind`] (parse and check its own
-//! keys) and [`NodeSpec`] (run given a context); [`REGISTRY`] maps `kind = "…"` to it.
-//! The executor only sees outcomes, never kind names.
+//! Node kinds. Each kind is one file implementing [`NodeKind`] (its name, its keys, how to
+//! read them) and [`NodeSpec`] (run, given a [`NodeCtx`]); [`REGISTRY`] maps `kind = "…"`
+//! to it, and the pipeline's JSON Schema is generated from the registry too. The executor
+//! only sees outcomes, never kind names.
 
 use std::fmt::Debug;
 use std::path::PathBuf;
 
 use crate::diag::Diagnostics;
-use crate::exec::NodeCtx;
+use crate::reason::{Failure, HaltReason, SkipReason};
 use crate::state::State;
 use crate::template::Tmpl;
 use crate::toml_read::{Str, Table};
@@ -14,11 +15,30 @@ use crate::verdict::Verdict;
 
 mod command;
 mod commit;
+mod ctx;
 pub mod floor_check;
 mod gate;
 mod git_commit;
 mod harness;
 mod verdict;
+
+pub use commit::fmt_score;
+pub use ctx::{Host, NodeCtx, Settled, Spawn, TickScope};
+
+/// A key a node kind accepts besides the common ones, for `check` and the JSON Schema.
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    pub name: &'static str,
+    pub ty: KeyType,
+    /// One line for the schema's description.
+    pub about: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    String,
+    StringList,
+}
 
 /// A node kind: its name, its own keys, and how to read them.
 pub trait NodeKind: Sync {
@@ -26,7 +46,9 @@ pub trait NodeKind: Sync {
     /// One line for `graph` and documentation.
     fn about(&self) -> &'static str;
     /// Keys this kind accepts besides the common ones.
-    fn keys(&self) -> &'static [&'static str];
+    fn keys(&self) -> &'static [Key] {
+        &[]
+    }
     /// Reads the kind's keys, pushing every problem into `diags`.
     fn parse(&self, table: &Table<'_, '_>, diags: &mut Diagnostics) -> Option<Box<dyn NodeSpec>>;
 }
@@ -50,11 +72,11 @@ pub trait NodeSpec: Debug + Send + Sync {
         false
     }
     /// Whether this node applies the brakes. A pipeline without one gets them from the
-    /// executor before its first node: brakes are never optional.
+    /// tick before its first node: brakes are never optional.
     fn gates(&self) -> bool {
         false
     }
-    /// Whether this node spawns a process (and gets the role variables).
+    /// Whether this node runs an agent for a role (and gets the role variables).
     fn spawns(&self) -> bool {
         false
     }
@@ -98,22 +120,31 @@ pub enum NodeRun {
     Ok(NodeOutput),
     /// The node failed; `on_failure` and `retries` decide what happens next.
     Failed {
-        reason: String,
+        reason: Failure,
         output: NodeOutput,
     },
     /// The tick ends here as a SKIP; nothing advances.
-    Skip(String),
+    Skip(SkipReason),
     /// The loop halts; nothing else advances.
     Halt {
-        reason: String,
+        reason: HaltReason,
         detail: Option<String>,
     },
-    /// State was written; the tick counts. `halt` is set when the write also halted
-    /// the loop (goal met).
+    /// State was written; the tick counts. `halted` is set when the write also halted
+    /// the loop (goal met, tampering found).
     Committed {
         state: Box<State>,
-        halted: Option<String>,
+        halted: Option<HaltReason>,
     },
+}
+
+impl NodeRun {
+    pub fn fail(reason: Failure) -> NodeRun {
+        NodeRun::Failed {
+            reason,
+            output: NodeOutput::default(),
+        }
+    }
 }
 
 /// Every built-in node kind. Adding a kind: one file and one line here.
@@ -152,72 +183,12 @@ pub struct Broken;
 
 impl NodeSpec for Broken {
     fn run(&self, _ctx: &NodeCtx<'_>) -> NodeRun {
-        NodeRun::Failed {
-            reason: "invalid_config".into(),
-            output: NodeOutput::default(),
-        }
+        NodeRun::fail(Failure::InvalidConfig)
     }
 }
 
 /// How much of a node's stdout is kept in memory for `nodes.<id>.output`.
 pub const OUTPUT_CAP: usize = 64 * 1024;
-
-/// Renders every argv element separately: one template, one argv element, no shell.
-pub fn render_argv(ctx: &NodeCtx<'_>, argv: &[Tmpl]) -> Result<Vec<String>, String> {
-    argv.iter()
-        .map(|t| {
-            ctx.render(&t.text)
-                .map_err(|e| format!("argv element `{}`: {e}", t.text))
-        })
-        .collect()
-}
-
-/// Spawns `argv` for a node: stdout/stderr to `outputs/<N>-<id>.{stdout,stderr}`, the
-/// node's timeout, the loop's environment. Non-zero exit is a failure.
-pub fn spawn_node(
-    ctx: &NodeCtx<'_>,
-    argv: &[String],
-    timeout: Option<std::time::Duration>,
-) -> NodeRun {
-    let id = &ctx.node.id.value;
-    let stdout = ctx.output_file(id, "stdout");
-    let stderr = ctx.output_file(id, "stderr");
-    let record = |pgid: u32| {
-        if let Some(l) = ctx.env.lock {
-            l.record_group(pgid);
-        }
-    };
-    let spec = crate::process::Spawn {
-        argv,
-        cwd: &ctx.env.cwd,
-        env: ctx.child_env(),
-        stdout: stdout.clone(),
-        stderr: stderr.clone(),
-        timeout,
-        cancel: ctx.env.cancel,
-        on_spawn: Some(&record),
-    };
-    let done = crate::process::run(&spec);
-    // Only the capped head: a runaway agent's gigabytes stay on disk.
-    let cut = crate::fs_safe::head(&stdout, OUTPUT_CAP as u64).unwrap_or_default();
-    let output = NodeOutput {
-        exit_code: done.exit.code(),
-        stdout_path: Some(stdout),
-        stderr_path: Some(stderr),
-        output: Some(String::from_utf8_lossy(&cut).into_owned()),
-        output_path: None,
-        verdict: None,
-        seconds: done.elapsed.as_secs_f64(),
-        ..Default::default()
-    };
-    match done.exit {
-        crate::process::Exit::Code(0) => NodeRun::Ok(output),
-        other => NodeRun::Failed {
-            reason: other.reason(),
-            output,
-        },
-    }
-}
 
 /// Shell-style quoting for showing an argv to people (never for running it).
 pub fn show_argv(argv: &[String]) -> String {

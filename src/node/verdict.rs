@@ -2,8 +2,8 @@
 //! or invalid verdict halts the loop as `verifier_failed:unparseable`; nothing advances.
 
 use crate::diag::Diagnostics;
-use crate::exec::NodeCtx;
-use crate::node::{NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::reason::{HaltReason, VerifierFailure};
 use crate::toml_read::{Str, Table};
 
 pub struct VerdictKind;
@@ -15,8 +15,12 @@ impl NodeKind for VerdictKind {
     fn about(&self) -> &'static str {
         "parses the verifier's graded verdict from another node's stdout"
     }
-    fn keys(&self) -> &'static [&'static str] {
-        &["from"]
+    fn keys(&self) -> &'static [Key] {
+        &[Key {
+            name: "from",
+            ty: KeyType::String,
+            about: "verdict: the node whose stdout holds the verdict.",
+        }]
     }
     fn parse(&self, t: &Table<'_, '_>, d: &mut Diagnostics) -> Option<Box<dyn NodeSpec>> {
         let from = t.str("from", d);
@@ -42,7 +46,7 @@ impl NodeSpec for VerdictNode {
 
     fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
         let unparseable = |detail: String| NodeRun::Halt {
-            reason: "verifier_failed:unparseable".into(),
+            reason: HaltReason::VerifierFailed(VerifierFailure::Unparseable),
             detail: Some(detail),
         };
         let Some(src) = ctx.upstream_output(&self.from.value) else {

@@ -21,6 +21,8 @@ pub enum Origin {
     Literal(Range<usize>),
     /// A whole file (a prompt): offsets map one to one.
     File,
+    /// Built into loopflow (the default harness): no user file to point at or check.
+    Builtin,
 }
 
 /// A template together with where it came from.
@@ -40,6 +42,19 @@ impl Tmpl {
         }
     }
 
+    /// A template loopflow supplies itself; never checked against a user's file.
+    pub fn builtin(source: &SourceRef, text: &str) -> Self {
+        Tmpl {
+            text: text.to_string(),
+            source: source.clone(),
+            origin: Origin::Builtin,
+        }
+    }
+
+    pub fn is_builtin(&self) -> bool {
+        matches!(self.origin, Origin::Builtin)
+    }
+
     pub fn file(source: &SourceRef) -> Self {
         Tmpl {
             text: source.text.clone(),
@@ -52,6 +67,7 @@ impl Tmpl {
     pub fn span_of(&self, range: Range<usize>) -> Range<usize> {
         match &self.origin {
             Origin::File => range,
+            Origin::Builtin => 0..0,
             Origin::Literal(lit) => inner_span(&self.source, lit, &self.text, range),
         }
     }
@@ -60,6 +76,7 @@ impl Tmpl {
     pub fn whole_span(&self) -> Range<usize> {
         match &self.origin {
             Origin::Literal(lit) => lit.clone(),
+            Origin::Builtin => 0..0,
             Origin::File => 0..self.text.find('\n').unwrap_or(self.text.len()),
         }
     }

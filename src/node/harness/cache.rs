@@ -11,9 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::Role;
-use crate::exec::NodeCtx;
 use crate::git::git;
-use crate::node::{NodeOutput, OUTPUT_CAP};
+use crate::node::{NodeCtx, NodeOutput, OUTPUT_CAP};
 
 /// How many verdicts a role's cache keeps (oldest dropped first).
 const MAX_ENTRIES: usize = 64;
@@ -57,14 +56,14 @@ impl Fnv {
 }
 
 fn cache_path(ctx: &NodeCtx<'_>, role: &str) -> std::path::PathBuf {
-    ctx.env.paths.dir.join("cache").join(format!("{role}.json"))
+    ctx.scope().cache_dir.join(format!("{role}.json"))
 }
 
 /// The cache key: task, artifact, and the role's prompt template (a changed verifier
 /// prompt must re-grade).
 pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, String> {
     let mut h = Fnv::new();
-    h.field(ctx.env.task.as_deref().unwrap_or("").as_bytes());
+    h.field(ctx.scope().task().map_or("", |t| t.id.as_str()).as_bytes());
     let artifact = vars
         .get("artifact")
         .and_then(Value::as_str)
@@ -77,7 +76,7 @@ pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, String
         }
         None => {
             h.field(b"working-tree");
-            tree_hash(&ctx.env.cwd, &mut h)?;
+            tree_hash(ctx.scope().cwd, &mut h)?;
         }
     }
     if let Some((p, _)) = &cfg.prompt {
@@ -167,7 +166,7 @@ fn load(path: &Path) -> CacheFile {
 pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
     let cache = load(&cache_path(ctx, role));
     let entry = cache.entries.get(key)?;
-    let id = &ctx.node.id.value;
+    let id = ctx.id();
     let stdout = ctx.output_file(id, "stdout");
     let stderr = ctx.output_file(id, "stderr");
     crate::fs_safe::write_owned(&stdout, entry.stdout.as_bytes()).ok()?;
@@ -204,7 +203,7 @@ pub fn store(ctx: &NodeCtx<'_>, role: &str, key: &str, stdout: Option<&Path>) {
     cache.entries.insert(
         key.to_string(),
         Entry {
-            tick: ctx.env.tick,
+            tick: ctx.scope().tick,
             stdout: text,
         },
     );

@@ -2,38 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::state::{LoopPaths, State, loops_dir};
-
-/// Loop names match `^[a-z0-9][a-z0-9_-]{0,63}$`: never a path.
-pub fn check_loop_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name.as_bytes()[0].is_ascii_lowercase() | name.as_bytes()[0].is_ascii_digit()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "invalid loop name {name:?}: use 1–64 characters from a-z, 0-9, `_` and `-`, starting with a letter or digit"
-        ))
-    }
-}
-
-/// Every loop directory of a project, sorted by name.
-pub fn list_loops(project: &Path) -> Vec<String> {
-    let mut out: Vec<String> = std::fs::read_dir(loops_dir(project))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| check_loop_name(n).is_ok())
-        .collect();
-    out.sort();
-    out
-}
+use crate::state::{Event, LoopPaths, State, check_loop_name};
 
 /// A built-in loop template: its `loop.toml` and the files next to it (relative path,
 /// text): prompts, and a pipeline when the template has its own.
@@ -232,7 +201,7 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     crate::state::save(&paths.state, &state).map_err(|e| CreateError::Io(e.to_string()))?;
     paths
         .log(
-            "CREATE",
+            Event::Create,
             &[
                 crate::state::LogArg::Kv("template", o.template.to_string()),
                 crate::state::LogArg::Kv("worktree", o.worktree.to_string()),

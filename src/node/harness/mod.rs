@@ -3,13 +3,16 @@
 //! element, never through a shell.
 
 use std::hash::{BuildHasher, Hasher};
+use std::path::PathBuf;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::config::Role;
 use crate::diag::Diagnostics;
-use crate::exec::NodeCtx;
-use crate::node::{NodeKind, NodeRun, NodeSpec, render_argv, show_argv, spawn_node};
-use crate::state::LogArg;
+use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec, show_argv};
+use crate::reason::Failure;
+use crate::state::{Event, LogArg};
+use crate::template::vars;
 use crate::toml_read::{Str, Table};
 
 mod cache;
@@ -23,8 +26,12 @@ impl NodeKind for Harness {
     fn about(&self) -> &'static str {
         "runs the role's agent command with its rendered prompt"
     }
-    fn keys(&self) -> &'static [&'static str] {
-        &["role"]
+    fn keys(&self) -> &'static [Key] {
+        &[Key {
+            name: "role",
+            ty: KeyType::String,
+            about: "harness: the role whose `[roles.<role>]` in loop.toml gives prompt and command.",
+        }]
     }
     fn parse(&self, t: &Table<'_, '_>, d: &mut Diagnostics) -> Option<Box<dyn NodeSpec>> {
         let role = t.str("role", d);
@@ -43,7 +50,7 @@ struct HarnessNode {
 /// A role's variables and rendered prompt, ready to spawn.
 struct Prepared {
     vars: Value,
-    prompt_path: std::path::PathBuf,
+    prompt_path: PathBuf,
     prompt: String,
     /// Set (with the numbers for the log) when the compaction prompt was rendered instead.
     compacted: Option<String>,
@@ -60,44 +67,48 @@ fn session_id(ctx: &NodeCtx<'_>, role: &str) -> String {
     h.write_u32(std::process::id());
     format!(
         "{}-{}-{}-{:016x}",
-        ctx.env.paths.name,
-        ctx.env.tick,
+        ctx.scope().loop_name,
+        ctx.scope().tick,
         role,
         h.finish()
     )
 }
 
 impl HarnessNode {
+    fn role_config<'a>(&self, ctx: &NodeCtx<'a>) -> Result<&'a Role, String> {
+        let role = &self.role.value;
+        ctx.config()
+            .roles
+            .get(role)
+            .ok_or_else(|| format!("role `{role}` has no [roles.{role}] in loop.toml"))
+    }
+
     /// Adds the role variables and renders the prompt (or the compaction prompt).
     fn prepare(&self, ctx: &NodeCtx<'_>) -> Result<Prepared, String> {
         let role = &self.role.value;
-        let cfg = ctx
-            .env
-            .config
-            .roles
-            .get(role)
-            .ok_or_else(|| format!("role `{role}` has no [roles.{role}] in loop.toml"))?;
+        let cfg = self.role_config(ctx)?;
         let prompt_path = ctx.output_file(role, "prompt.md");
-        let mut vars = ctx.vars.clone();
+        let mut vars = ctx.vars().clone();
         if let Value::Object(m) = &mut vars {
-            m.insert("role".into(), json!(role));
-            m.insert("model".into(), json!(cfg.model.clone().unwrap_or_default()));
-            m.insert("session_id".into(), json!(session_id(ctx, role)));
-            m.insert("prompt".into(), json!(prompt_path.display().to_string()));
-            m.insert(
-                "prompt_source".into(),
-                json!(
-                    cfg.prompt
+            vars::role(
+                m,
+                &vars::Role {
+                    role,
+                    model: cfg.model.as_deref().unwrap_or(""),
+                    session_id: &session_id(ctx, role),
+                    prompt: &prompt_path.display().to_string(),
+                    prompt_source: &cfg
+                        .prompt
                         .as_ref()
                         .map(|p| p.0.display().to_string())
-                        .unwrap_or_default()
-                ),
+                        .unwrap_or_default(),
+                },
             );
         }
         let render = |path: &std::path::Path| -> Result<String, String> {
             let text = crate::fs_safe::read_to_string(path)
                 .map_err(|e| format!("prompt {}: {e}", path.display()))?;
-            crate::template::render(&ctx.env.hb, &text, &vars)
+            ctx.render_with(&text, &vars)
                 .map_err(|e| format!("prompt {}: {e}", path.display()))
         };
         let mut prompt = match &cfg.prompt {
@@ -113,7 +124,7 @@ impl HarnessNode {
         }
         // Agents that take the prompt as an argument (presets) get its text.
         if let Value::Object(m) = &mut vars {
-            m.insert("prompt_text".into(), json!(prompt));
+            vars::prompt_text(m, &prompt);
         }
         Ok(Prepared {
             vars,
@@ -127,29 +138,19 @@ impl HarnessNode {
     /// role's `compaction_share` of the context window. Tokens are estimated as bytes/4
     /// (no tokenizer: loopflow never inspects the model). The carried context is the
     /// previous tick's transcript of this node, which an agent continuing the work reads.
-    fn compaction(
-        &self,
-        ctx: &NodeCtx<'_>,
-        cfg: &crate::config::Role,
-        prompt_bytes: usize,
-    ) -> Option<String> {
+    fn compaction(&self, ctx: &NodeCtx<'_>, cfg: &Role, prompt_bytes: usize) -> Option<String> {
         let window = ctx
-            .env
-            .config
+            .config()
             .brakes
             .context_tokens
             .or_else(|| crate::node::floor_check::detect().map(|d| d.0))?;
-        let carried = ctx
-            .env
+        let scope = ctx.scope();
+        let carried = scope
             .tick
             .checked_sub(1)
             .filter(|t| *t > 0)
             .and_then(|t| {
-                let f = ctx
-                    .env
-                    .paths
-                    .outputs
-                    .join(format!("{t}-{}.stdout", ctx.node.id.value));
+                let f = scope.outputs.join(format!("{t}-{}.stdout", ctx.id()));
                 std::fs::metadata(f).ok()
             })
             .map_or(0, |m| m.len());
@@ -164,15 +165,8 @@ impl HarnessNode {
         })
     }
 
-    fn argv(&self, ctx: &NodeCtx<'_>, vars: Value) -> Result<Vec<String>, String> {
-        let inner = NodeCtx {
-            env: ctx.env,
-            index: ctx.index,
-            node: ctx.node,
-            vars,
-            upstream: Vec::new(),
-        };
-        render_argv(&inner, &ctx.env.config.command_for(&self.role.value))
+    fn argv(&self, ctx: &NodeCtx<'_>, vars: &Value) -> Result<Vec<String>, String> {
+        ctx.render_argv(&ctx.config().command_for(&self.role.value), vars)
     }
 }
 
@@ -185,10 +179,6 @@ impl NodeSpec for HarnessNode {
     }
 
     fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
-        let fail = |reason: String| NodeRun::Failed {
-            reason,
-            output: Default::default(),
-        };
         let Prepared {
             vars,
             prompt_path,
@@ -196,20 +186,21 @@ impl NodeSpec for HarnessNode {
             compacted,
         } = match self.prepare(ctx) {
             Ok(x) => x,
-            Err(e) => return fail(format!("template:{e}")),
+            Err(e) => return NodeRun::fail(Failure::Template(e)),
         };
         if let Some(c) = &compacted {
-            let _ = ctx.env.paths.log("COMPACT", &[LogArg::Word(c)]);
+            ctx.event(Event::Compact, &[LogArg::Word(c)]);
         }
         if let Err(e) = crate::fs_safe::write_owned(&prompt_path, prompt.as_bytes()) {
-            return fail(format!("io:{}: {e}", prompt_path.display()));
+            return NodeRun::fail(Failure::Io(format!("{}: {e}", prompt_path.display())));
         }
-        let cache = match ctx.env.config.roles.get(&self.role.value) {
+        let cfg = self.role_config(ctx).ok();
+        let cache = match cfg {
             Some(c) if c.cache => match cache::key(ctx, c, &vars) {
                 Ok(k) => Some(k),
                 Err(e) => {
-                    let _ = ctx.env.paths.log(
-                        "WARN",
+                    ctx.event(
+                        Event::Warn,
                         &[LogArg::Kv(
                             "msg",
                             format!("verdict cache off this tick: {e}"),
@@ -220,24 +211,19 @@ impl NodeSpec for HarnessNode {
             },
             _ => None,
         };
-        let output_path = vars
-            .get("output")
-            .and_then(Value::as_str)
-            .map(std::path::PathBuf::from);
-        let argv = match self.argv(ctx, vars) {
+        let output_path = ctx.output_path();
+        let argv = match self.argv(ctx, &vars) {
             Ok(a) => a,
-            Err(e) => return fail(format!("template:{e}")),
+            Err(e) => return NodeRun::fail(Failure::Template(e)),
         };
-        let cfg = ctx.env.config.roles.get(&self.role.value);
         let timeout = ctx
-            .node
-            .timeout
+            .timeout()
             .or_else(|| cfg.and_then(|c| c.timeout))
-            .or(ctx.env.config.harness_timeout);
-        let usage = ctx.env.config.agent(&self.role.value).usage;
+            .or(ctx.config().harness_timeout);
+        let usage = ctx.config().agent(&self.role.value).usage;
         // The agent's own report (preset `usage` rule): answer, cost and tokens.
-        let finish = |o: &mut crate::node::NodeOutput| {
-            o.output_path = output_path.clone();
+        let finish = |o: &mut NodeOutput| {
+            o.output_path = Some(output_path.clone());
             if usage.is_empty() {
                 return;
             }
@@ -258,7 +244,7 @@ impl NodeSpec for HarnessNode {
             finish(&mut out);
             return NodeRun::Ok(out);
         }
-        match spawn_node(ctx, &argv, timeout) {
+        match ctx.spawn(&argv, timeout) {
             NodeRun::Ok(mut o) => {
                 finish(&mut o);
                 if let Some(key) = &cache {
@@ -276,7 +262,7 @@ impl NodeSpec for HarnessNode {
 
     fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
         let p = self.prepare(ctx)?;
-        let argv = show_argv(&self.argv(ctx, p.vars)?);
+        let argv = show_argv(&self.argv(ctx, &p.vars)?);
         Ok(Some(match p.compacted {
             Some(c) => format!("{argv}  (compaction prompt: {c})"),
             None => argv,

@@ -7,9 +7,10 @@ use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 
-use crate::exec::{Outcome, RunOptions, run_tick};
+use crate::create::{CreateOptions, create};
 use crate::exit;
-use crate::project::{CreateOptions, create};
+use crate::reason::{HaltReason, VerifierFailure};
+use crate::tick::{Outcome, RunOptions, run_tick};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -172,17 +173,17 @@ pub fn demo(a: DemoArgs) -> i32 {
                     break;
                 }
             }
-            Err(e) => return crate::cli::run_report(&e),
+            Err(e) => return super::report(&e),
         }
     }
     println!("\n.state.log:");
     print_log(&paths.log);
     println!("\nstatus:");
-    let rows: Vec<serde_json::Value> = match crate::cli::status_json(&dir, "demo") {
+    let rows: Vec<serde_json::Value> = match super::status::status_row(&dir, "demo").ok() {
         Some(r) => vec![r],
         None => Vec::new(),
     };
-    for line in crate::cli::status_table(&rows).lines() {
+    for line in super::status::status_table(&rows).lines() {
         println!("  {line}");
     }
     if let Ok(state) = paths.load() {
@@ -196,13 +197,13 @@ pub fn demo(a: DemoArgs) -> i32 {
         );
         println!("implement prompt (see outputs/<N>-implement.prompt.md in the loop directory).");
         if let Some(h) = &state.halt {
-            let why = match h.reason.as_str() {
-                "verifier_failed:score_plateau" => {
+            let why = match h.reason {
+                HaltReason::VerifierFailed(VerifierFailure::ScorePlateau) => {
                     "the last 3 scores were equal (score_plateau_window = 3): passing is not the goal \
                      (goal_score = 1.0), and a loop that stops improving halts for a human"
                 }
-                "goal_met" => "the verifier reported pass with a score at the goal",
-                "iterations_exhausted" => "it used all of brakes.max_iterations",
+                HaltReason::GoalMet => "the verifier reported pass with a score at the goal",
+                HaltReason::IterationsExhausted => "it used all of brakes.max_iterations",
                 _ => "one of its brakes tripped",
             };
             println!("why it stopped: {why}.");

@@ -1,0 +1,126 @@
+//! The agent a role runs: `[harness]` and `[roles.<role>]` keys (`preset`, `command`,
+//! `model_args`, `usage`), layered over the shipped presets.
+
+use crate::diag::{Code, Diagnostic, Diagnostics, suggest};
+use crate::preset::{Preset, UsageRule};
+use crate::template::Tmpl;
+use crate::toml_read::Table;
+
+/// The argv a loop runs when it names no agent at all.
+pub const DEFAULT_HARNESS: &[&str] = &[
+    "opencode",
+    "run",
+    "--prompt-file",
+    "{{prompt}}",
+    "--cwd",
+    "{{cwd}}",
+];
+
+/// The agent keys of a `[harness]` or `[roles.<role>]` table. A key left out falls back
+/// to the table's `preset`, then to `[harness]`, then to its preset, then to the default.
+#[derive(Debug, Clone, Default)]
+pub struct AgentKeys {
+    pub preset: Option<Preset>,
+    pub command: Option<Vec<Tmpl>>,
+    pub model_args: Option<Vec<Tmpl>>,
+    pub usage: UsageRule,
+}
+
+/// A role's agent once presets and overrides are resolved.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    pub preset: Option<&'static str>,
+    pub command: Vec<Tmpl>,
+    /// Appended to `command` when the role names a `model`.
+    pub model_args: Vec<Tmpl>,
+    pub usage: UsageRule,
+}
+
+impl AgentKeys {
+    /// Reads `preset`, `command`, `model_args` and `usage` from a harness or role table.
+    pub fn read(t: &Table<'_, '_>, diags: &mut Diagnostics) -> AgentKeys {
+        let preset = t.str("preset", diags).and_then(|s| {
+            let found = crate::preset::load(&s.value, diags);
+            if found.is_none() {
+                let names = crate::preset::names();
+                let mut d = Diagnostic::error(
+                    Code::InvalidValue,
+                    t.source,
+                    s.span.clone(),
+                    format!("unknown agent preset `{}`", s.value),
+                )
+                .label("not a preset");
+                let near = suggest(&s.value, names.iter().copied()).or_else(|| {
+                    names
+                        .iter()
+                        .copied()
+                        .find(|n| s.value.len() >= 3 && n.starts_with(s.value.as_str()))
+                });
+                d = match near {
+                    Some(n) => d.help(format!("did you mean `{n}`? Presets: {}", names.join(", "))),
+                    None => d.help(format!(
+                        "use one of the presets ({}), or set `command` yourself",
+                        names.join(", ")
+                    )),
+                };
+                diags.push(d);
+            }
+            found
+        });
+        let command = t.argv("command", diags);
+        let model_args = t.templates("model_args", diags);
+        let usage = t
+            .table("usage", diags)
+            .map(|u| UsageRule::read(&u, diags))
+            .unwrap_or_default();
+        AgentKeys {
+            preset,
+            command,
+            model_args,
+            usage,
+        }
+    }
+
+    /// A preset's keys as the lowest layer of a table.
+    fn of_preset(p: &Preset) -> AgentKeys {
+        AgentKeys {
+            preset: None,
+            command: Some(p.command.clone()),
+            model_args: Some(p.model_args.clone()),
+            usage: p.usage.clone(),
+        }
+    }
+}
+
+/// Resolves a role's agent from its own keys and (unless the role names its own `preset`
+/// or `command`, and so runs another agent) `[harness]`'s, each over its preset, with
+/// `default` as the last resort.
+pub(super) fn resolve(own: Option<&AgentKeys>, harness: &AgentKeys, default: &[Tmpl]) -> Agent {
+    let standalone = own.is_some_and(|k| k.preset.is_some() || k.command.is_some());
+    let mut layers: Vec<&AgentKeys> = own.into_iter().collect();
+    if !standalone {
+        layers.push(harness);
+    }
+    let pick = |f: &dyn Fn(&AgentKeys) -> Option<Vec<Tmpl>>| {
+        layers.iter().find_map(|k| {
+            f(k).or_else(|| k.preset.as_ref().and_then(|p| f(&AgentKeys::of_preset(p))))
+        })
+    };
+    let command = pick(&|k| k.command.clone()).unwrap_or_else(|| default.to_vec());
+    let model_args = pick(&|k| k.model_args.clone()).unwrap_or_default();
+    let mut usage = UsageRule::default();
+    for k in &layers {
+        usage = usage.over(&k.usage);
+        if let Some(p) = &k.preset {
+            usage = usage.over(&p.usage);
+        }
+    }
+    Agent {
+        preset: layers
+            .iter()
+            .find_map(|k| k.preset.as_ref().map(|p| p.name)),
+        command,
+        model_args,
+        usage,
+    }
+}

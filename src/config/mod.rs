@@ -1,0 +1,330 @@
+//! `loop.toml` (DESIGN §4): read with spans, every problem collected. This module knows
+//! only the loop's own file; checking it against the pipeline it runs is `load`'s job.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+
+use crate::diag::{Code, Diagnostic, Diagnostics, Source, SourceRef};
+use crate::template::Tmpl;
+use crate::toml_read::{self, Str, Table};
+
+mod agent;
+mod brakes;
+mod work_source;
+
+pub use agent::{Agent, AgentKeys, DEFAULT_HARNESS};
+pub use brakes::{Brakes, HARD_CONTEXT_FLOOR};
+pub use work_source::WorkSource;
+
+#[derive(Debug, Clone)]
+pub struct Role {
+    pub name: String,
+    /// The span of `<name>` in its `[roles.<name>]` header, for diagnostics.
+    pub name_span: std::ops::Range<usize>,
+    pub prompt: Option<(PathBuf, Str)>,
+    pub model: Option<String>,
+    pub timeout: Option<Duration>,
+    pub cache: bool,
+    /// Rendered instead of `prompt` when the prompt would fill too much of the context.
+    pub compaction_prompt: Option<(PathBuf, Str)>,
+    /// The share of `brakes.context_tokens` past which the compaction prompt is used.
+    pub compaction_share: f64,
+    /// The role's own agent keys (`preset`, `command`, `model_args`, `usage`).
+    pub agent: AgentKeys,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    pub source: SourceRef,
+    pub dir: PathBuf,
+    pub pipeline: Option<(PathBuf, Str)>,
+    pub work_source: WorkSource,
+    pub brakes: Brakes,
+    pub interval_seconds: u64,
+    pub harness_timeout: Option<Duration>,
+    /// `[harness]`'s agent keys, for roles that set none of their own.
+    pub harness: AgentKeys,
+    pub roles: IndexMap<String, Role>,
+    pub roles_span: Option<std::ops::Range<usize>>,
+    pub allow: Vec<Str>,
+    pub deny: Vec<Str>,
+    pub worktree: bool,
+}
+
+/// `p` as written, or under `dir` when relative.
+fn resolve(dir: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        dir.join(p)
+    }
+}
+
+/// The built-in default harness, as templates that are nobody's to check.
+fn default_harness(source: &SourceRef) -> Vec<Tmpl> {
+    DEFAULT_HARNESS
+        .iter()
+        .map(|s| Tmpl::builtin(source, s))
+        .collect()
+}
+
+impl LoopConfig {
+    /// Reads `loop.toml` (or a predecessor `loop.json`, converted) and checks its own keys.
+    pub fn read(
+        path: &Path,
+        base: &Path,
+        diags: &mut Diagnostics,
+    ) -> std::io::Result<Option<LoopConfig>> {
+        let text = crate::fs_safe::read_to_string(path)?;
+        let name = crate::diag::display_name(path, base);
+        let source = if path.extension().is_some_and(|e| e == "json") {
+            match json_to_toml(&text) {
+                Ok(t) => Source::new(format!("{name} (as TOML)"), path, t),
+                Err(e) => {
+                    let src = Source::new(name, path, text);
+                    diags.push(
+                        Diagnostic::error(
+                            Code::TomlSyntax,
+                            &src,
+                            0..0,
+                            format!("invalid JSON: {e}"),
+                        )
+                        .label("here")
+                        .help("fix the JSON, or convert the file to loop.toml"),
+                    );
+                    return Ok(None);
+                }
+            }
+        } else {
+            Source::new(name, path, text)
+        };
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        Ok(Self::parse(&source, &dir, diags))
+    }
+
+    pub fn parse(source: &SourceRef, dir: &Path, diags: &mut Diagnostics) -> Option<LoopConfig> {
+        let doc = toml_read::parse(source, diags)?;
+        let root = Table::new(source, doc.get_ref(), 0..0, "");
+        root.deny_unknown(
+            &[
+                "pipeline",
+                "work_source",
+                "brakes",
+                "schedule",
+                "harness",
+                "roles",
+                "blast_radius",
+                "worktree",
+            ],
+            diags,
+        );
+        let pipeline = root
+            .str("pipeline", diags)
+            .map(|s| (resolve(dir, &s.value), s));
+        let work_source = work_source::read(root.table("work_source", diags), dir, diags);
+        let brakes = brakes::read(&root, source, diags);
+        let interval_seconds = read_interval(&root, diags);
+
+        let mut harness_timeout = None;
+        let mut harness = AgentKeys::default();
+        if let Some(t) = root.table("harness", diags) {
+            t.deny_unknown(
+                &["preset", "command", "model_args", "usage", "timeout"],
+                diags,
+            );
+            harness = AgentKeys::read(&t, diags);
+            harness_timeout = t.duration("timeout", diags);
+        }
+
+        let mut roles = IndexMap::new();
+        let mut roles_span = None;
+        if let Some(rt) = root.table("roles", diags) {
+            roles_span = Some(rt.span.clone());
+            for (name, t) in rt.subtables(diags) {
+                let role = read_role(name, &t, dir, diags);
+                roles.insert(role.name.clone(), role);
+            }
+        }
+
+        let (allow, deny) = read_blast_radius(&root, diags);
+        let worktree = match root.table("worktree", diags) {
+            None => true,
+            Some(t) => {
+                t.deny_unknown(&["enabled"], diags);
+                t.bool("enabled", diags).unwrap_or(true)
+            }
+        };
+        Some(LoopConfig {
+            source: source.clone(),
+            dir: dir.to_path_buf(),
+            pipeline,
+            work_source,
+            brakes: brakes?,
+            interval_seconds,
+            harness_timeout,
+            harness,
+            roles,
+            roles_span,
+            allow,
+            deny,
+            worktree,
+        })
+    }
+
+    /// A role's agent: each key from the role's table, else the role's preset, else
+    /// `[harness]`, else its preset, else the default command. A role that names its
+    /// own `preset` or `command` runs another agent: nothing of `[harness]` is mixed in.
+    pub fn agent(&self, role: &str) -> Agent {
+        agent::resolve(
+            self.roles.get(role).map(|r| &r.agent),
+            &self.harness,
+            &default_harness(&self.source),
+        )
+    }
+
+    /// The argv templates a role runs: its agent's command, plus the agent's model flags
+    /// when the role names a `model`.
+    pub fn command_for(&self, role: &str) -> Vec<Tmpl> {
+        let agent = self.agent(role);
+        let mut argv = agent.command;
+        if self.roles.get(role).is_some_and(|r| r.model.is_some()) {
+            argv.extend(agent.model_args);
+        }
+        argv
+    }
+
+    pub fn effective_max_iterations(&self, extra: u64) -> u64 {
+        self.brakes.max_iterations.saturating_add(extra)
+    }
+
+    /// The files that steer this loop besides `loop.toml` and its pipeline: every role's
+    /// prompt and compaction prompt.
+    pub fn prompt_files(&self) -> impl Iterator<Item = &Path> {
+        self.roles.values().flat_map(|r| {
+            r.prompt
+                .iter()
+                .chain(&r.compaction_prompt)
+                .map(|(p, _)| p.as_path())
+        })
+    }
+}
+
+fn read_interval(root: &Table<'_, '_>, diags: &mut Diagnostics) -> u64 {
+    let Some(t) = root.table("schedule", diags) else {
+        return 3600;
+    };
+    t.deny_unknown(&["interval_seconds"], diags);
+    match t.uint("interval_seconds", diags) {
+        Some((0, span)) => {
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    t.source,
+                    span,
+                    "`schedule.interval_seconds` must be at least 1",
+                )
+                .label("zero")
+                .help("use the number of seconds between ticks, e.g. 3600"),
+            );
+            3600
+        }
+        Some((n, _)) => n,
+        None => 3600,
+    }
+}
+
+fn read_role(name: Str, t: &Table<'_, '_>, dir: &Path, diags: &mut Diagnostics) -> Role {
+    t.deny_unknown(
+        &[
+            "prompt",
+            "preset",
+            "command",
+            "model_args",
+            "usage",
+            "model",
+            "timeout",
+            "cache",
+            "compaction_prompt",
+            "compaction_share",
+        ],
+        diags,
+    );
+    let prompt = t.str("prompt", diags).map(|s| (resolve(dir, &s.value), s));
+    let agent = AgentKeys::read(t, diags);
+    let model = t
+        .str("model", diags)
+        .map(|s| s.value)
+        .filter(|m| !m.is_empty());
+    let timeout = t.duration("timeout", diags);
+    let cache = t.bool("cache", diags).unwrap_or(false);
+    let compaction_prompt = t
+        .str("compaction_prompt", diags)
+        .map(|s| (resolve(dir, &s.value), s));
+    let compaction_share = match t.number("compaction_share", diags) {
+        Some((n, span)) if !(n > 0.0 && n <= 1.0) => {
+            diags.push(
+                Diagnostic::error(
+                    Code::InvalidValue,
+                    t.source,
+                    span,
+                    "`compaction_share` must be greater than 0.0 and at most 1.0",
+                )
+                .label("out of range")
+                .help("the share of `brakes.context_tokens` a prompt may fill before the compaction prompt is used; the default is 0.8"),
+            );
+            0.8
+        }
+        Some((n, _)) => n,
+        None => 0.8,
+    };
+    Role {
+        name_span: name.span.clone(),
+        name: name.value,
+        prompt,
+        model,
+        timeout,
+        cache,
+        compaction_prompt,
+        compaction_share,
+        agent,
+    }
+}
+
+fn read_blast_radius(root: &Table<'_, '_>, diags: &mut Diagnostics) -> (Vec<Str>, Vec<Str>) {
+    let (mut allow, mut deny) = (Vec::new(), Vec::new());
+    let Some(t) = root.table("blast_radius", diags) else {
+        return (allow, deny);
+    };
+    t.deny_unknown(&["allow", "deny"], diags);
+    for (key, out) in [("allow", &mut allow), ("deny", &mut deny)] {
+        let Some((globs, _)) = t.str_list(key, diags) else {
+            continue;
+        };
+        for g in globs {
+            if let Err(e) = globset::Glob::new(&g.value) {
+                diags.push(
+                    Diagnostic::error(
+                        Code::InvalidValue,
+                        t.source,
+                        g.span.clone(),
+                        format!("invalid glob: {e}"),
+                    )
+                    .label("not a glob")
+                    .help("use globs such as \"src/**\" or \"docs/*.md\""),
+                );
+            }
+            out.push(g);
+        }
+    }
+    (allow, deny)
+}
+
+/// A predecessor `loop.json`, rewritten as TOML so one reader checks both.
+fn json_to_toml(text: &str) -> Result<String, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let t: toml::Table = serde_json::from_value(v).map_err(|e| e.to_string())?;
+    toml::to_string(&t).map_err(|e| e.to_string())
+}

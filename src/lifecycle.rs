@@ -1,0 +1,384 @@
+//! A loop's life between ticks and at their ends: the commit that advances it, halts
+//! (one function, whatever the cause, and each one tells the installed schedule), the
+//! count of aborted ticks, approvals and phase transitions. Everything that writes
+//! `.state.loop` goes through here, under the state lock.
+
+use crate::brakes::Task;
+use crate::node::fmt_score;
+use crate::reason::{Failure, HaltReason, Intervention};
+use crate::state::tamper::{Watched, forged_fields};
+use crate::state::{Approval, Event, Halt, LogArg, LoopPaths, State, StateError, now};
+use crate::verdict::Verdict;
+
+/// What a tick's commit adds to the state, as the commit node computed it.
+#[derive(Debug, Clone, Default)]
+pub struct Delta {
+    pub verdict: Option<Verdict>,
+    /// Wall time of this tick's processes.
+    pub seconds: f64,
+    pub usd: f64,
+    pub tokens: u64,
+    pub task: TaskUpdate,
+    /// The verifier's output was replayed from the verdict cache.
+    pub cached: bool,
+    /// The verdict met the goal: the loop halts `goal_met` in the same write.
+    pub goal: bool,
+}
+
+/// What becomes of `current_task` after the tick.
+#[derive(Debug, Clone, Default)]
+pub enum TaskUpdate {
+    /// `single`: the task stays; the tick's own is put back if the state lost it.
+    #[default]
+    Single,
+    /// The work source's next task (the agent may have checked its item off).
+    Next(Option<Task>),
+    /// The source could not be read now: keep what this tick worked on.
+    Unreadable(Option<Task>),
+}
+
+/// The state after a commit, and the halt it set (if any).
+#[derive(Debug, Clone)]
+pub struct Committed {
+    pub state: State,
+    pub halted: Option<HaltReason>,
+}
+
+/// What the tick knew at its start, to tell its own changes from anyone else's.
+pub struct TickStart<'a> {
+    pub state: &'a State,
+    /// The length of `.state.log` when the tick started: events after it are this tick's.
+    pub log_start: u64,
+    pub watched: &'a Watched,
+    /// The task the tick worked on.
+    pub task: Option<&'a str>,
+}
+
+/// Sets a halt unless the loop is already halted. Returns the halt it set.
+pub fn set_halt(s: &mut State, reason: HaltReason, detail: Option<String>) -> Option<Halt> {
+    if s.halt.is_some() {
+        return None;
+    }
+    let h = Halt {
+        reason,
+        detail,
+        at: now(),
+        iteration: s.iteration_count,
+    };
+    s.halt = Some(h.clone());
+    Some(h)
+}
+
+/// Says a halt happened: the `HALT` line, and the installed schedule switched off
+/// (best effort: a halt stands whatever the scheduler says).
+pub fn announce(
+    paths: &LoopPaths,
+    reason: &HaltReason,
+    detail: Option<&str>,
+) -> Result<(), StateError> {
+    let logged = log_halt(paths, reason, detail);
+    crate::schedule::disable_best_effort(paths);
+    logged
+}
+
+/// The `HALT <reason> [detail=…]` line.
+fn log_halt(
+    paths: &LoopPaths,
+    reason: &HaltReason,
+    detail: Option<&str>,
+) -> Result<(), StateError> {
+    let text = reason.to_string();
+    let mut args = vec![LogArg::Word(&text)];
+    if let Some(d) = detail {
+        args.push(LogArg::Kv("detail", d.to_string()));
+    }
+    paths.log(Event::Halt, &args)
+}
+
+/// Halts a loop (unless it is halted already), then [`announce`]s it. Only `approve`
+/// clears it. Returns whether this call set the halt.
+pub fn halt(
+    paths: &LoopPaths,
+    reason: HaltReason,
+    detail: Option<&str>,
+) -> Result<bool, StateError> {
+    let (_, set) = paths.update(|s| set_halt(s, reason.clone(), detail.map(str::to_string)))?;
+    if set.is_some() {
+        announce(paths, &reason, detail)?;
+    }
+    Ok(set.is_some())
+}
+
+/// `loopflow halt --reason R`: a human's halt replaces whatever halt stood.
+pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<HaltReason, StateError> {
+    let reason: HaltReason = text
+        .replace(['\n', '\r'], " ")
+        .parse()
+        .unwrap_or_else(|never| match never {});
+    paths.update(|s| {
+        s.halt = Some(Halt {
+            reason: reason.clone(),
+            detail: Some("halted by `loopflow halt`".into()),
+            at: now(),
+            iteration: s.iteration_count,
+        });
+    })?;
+    announce(paths, &reason, None)?;
+    Ok(reason)
+}
+
+/// Counts an aborted tick; `max` in a row halts the loop `human_intervention:harness_failing`.
+/// Returns the halt when it happened.
+pub fn count_abort(
+    paths: &LoopPaths,
+    start: &State,
+    max: u32,
+    node: &str,
+    reason: &Failure,
+) -> Result<Option<HaltReason>, StateError> {
+    let (state, _) = paths.update(|s| {
+        // Never below the count at tick start: an agent that rewrote the state file to
+        // zero it must not dodge `harness_failing`.
+        s.consecutive_aborts = s
+            .consecutive_aborts
+            .max(start.consecutive_aborts)
+            .saturating_add(1);
+    })?;
+    if state.consecutive_aborts < max {
+        return Ok(None);
+    }
+    let why = HaltReason::HumanIntervention(Intervention::HarnessFailing);
+    let detail = format!(
+        "{} ticks aborted in a row; last: node {node} {reason}",
+        state.consecutive_aborts
+    );
+    halt(paths, why.clone(), Some(&detail))?;
+    Ok(Some(why))
+}
+
+/// The commit of a tick (DESIGN §8): iteration, timestamps, verdict, score history,
+/// spend, next task, in one atomic write under the state lock; then `TICK`, `TASK` and
+/// any `HALT` lines. The write starts from the state as the tick found it for every field
+/// only a tick may change, so rewriting the file mid-tick cannot lower the count, raise
+/// the caps, forge approvals or clear a halt: that halts `state_tampered`. Config changed
+/// during the tick halts `config_changed`; a goal met halts `goal_met`.
+pub fn commit(
+    paths: &LoopPaths,
+    start: &TickStart<'_>,
+    delta: &Delta,
+    window: usize,
+) -> Result<Committed, StateError> {
+    let log_len = std::fs::metadata(&paths.log).map_or(0, |m| m.len());
+    let logged_halt = crate::state::log::halt_since(&paths.log, start.log_start);
+    let config_changed = start.watched.changed();
+    let (state, halted) = paths.update(|s| {
+        // Re-read under the state lock: a `transition` or `halt` made during the tick (by
+        // the orchestrator, say) is kept. Everything else starts from the tick's start.
+        let mut forged = forged_fields(start.state, s);
+        if log_len < start.log_start {
+            forged.push(".state.log (truncated)");
+        }
+        if !forged.is_empty() {
+            let halt = s.halt.take().or_else(|| start.state.halt.clone());
+            let phase = std::mem::take(&mut s.current_phase);
+            *s = start.state.clone();
+            s.halt = halt;
+            s.current_phase = phase;
+        }
+        if s.halt.is_none()
+            && let Some(reason) = &logged_halt
+        {
+            s.halt = Some(Halt {
+                reason: reason.parse().unwrap_or_else(|never| match never {}),
+                detail: Some(
+                    "halted during the tick; restored from .state.log after the state file lost it"
+                        .into(),
+                ),
+                at: now(),
+                iteration: s.iteration_count,
+            });
+        }
+        apply(s, delta, start.task, window);
+        // The first of these that applies halts the loop in this same write; a halt
+        // already set (by `loopflow halt` during the tick, say) stands.
+        let why = if !forged.is_empty() {
+            Some((
+                HaltReason::HumanIntervention(Intervention::StateTampered),
+                Some(format!(
+                    "the state file was rewritten during the tick ({}); loopflow kept its own values",
+                    forged.join(", ")
+                )),
+            ))
+        } else if !config_changed.is_empty() {
+            Some((
+                HaltReason::HumanIntervention(Intervention::ConfigChanged),
+                Some(format!(
+                    "changed during the tick: {}; review the change, then approve",
+                    config_changed.join(", ")
+                )),
+            ))
+        } else if delta.goal {
+            Some((HaltReason::GoalMet, None))
+        } else {
+            None
+        };
+        let (reason, logged) = why?;
+        let detail = logged.clone().or_else(|| {
+            delta
+                .verdict
+                .as_ref()
+                .map(|v| format!("pass=true score={}", fmt_score(v.score)))
+        });
+        set_halt(s, reason.clone(), detail)?;
+        Some((reason, logged))
+    })?;
+    let mut args = Vec::new();
+    if let Some(v) = &delta.verdict {
+        args.push(LogArg::Kv("pass", v.pass.to_string()));
+        args.push(LogArg::Kv("score", fmt_score(v.score)));
+    }
+    args.push(LogArg::Kv("iter", state.iteration_count.to_string()));
+    if delta.cached {
+        args.push(LogArg::Kv("cached", "true".into()));
+    }
+    let _ = paths.log(Event::Tick, &args);
+    if let TaskUpdate::Next(n) = &delta.task {
+        let done = start.task.unwrap_or("");
+        let now_id = n.as_ref().map_or("", |t| t.id.as_str());
+        if done != now_id {
+            let _ = paths.log(
+                Event::Task,
+                &[
+                    LogArg::Kv("done", done.to_string()),
+                    LogArg::Kv("next", n.as_ref().map_or("none".into(), |t| t.id.clone())),
+                    LogArg::Kv(
+                        "source",
+                        n.as_ref().map_or("-".into(), |t| t.source.clone()),
+                    ),
+                ],
+            );
+        }
+    }
+    if let Some((reason, detail)) = &halted {
+        let _ = log_halt(paths, reason, detail.as_deref());
+    }
+    Ok(Committed {
+        state,
+        halted: halted.map(|(r, _)| r),
+    })
+}
+
+/// The commit's own changes to the state.
+fn apply(s: &mut State, delta: &Delta, task: Option<&str>, window: usize) {
+    s.iteration_count = s.iteration_count.saturating_add(1);
+    s.last_tick_at = Some(now());
+    s.consecutive_aborts = 0;
+    s.spent.seconds += delta.seconds;
+    // Clamped: an infinite sum would be saved as JSON `null` and brick the state file.
+    // Saturating: counts come from agents, and a wrapped sum would reset the brakes.
+    s.spent.usd = (s.spent.usd + delta.usd).min(f64::MAX);
+    s.spent.tokens = s.spent.tokens.saturating_add(delta.tokens);
+    if let Some(v) = &delta.verdict {
+        s.score_history.push(v.score);
+        let window = window.max(1);
+        if s.score_history.len() > window {
+            let drop = s.score_history.len() - window;
+            s.score_history.drain(..drop);
+        }
+        s.last_verdict = Some(v.clone());
+    }
+    match &delta.task {
+        TaskUpdate::Single => {
+            if s.current_task.is_none() {
+                s.current_task = task.map(str::to_string);
+            }
+        }
+        TaskUpdate::Next(n) => {
+            s.current_task = n.as_ref().map(|t| t.id.clone());
+            s.task_source = n.as_ref().map(|t| t.source.clone());
+        }
+        TaskUpdate::Unreadable(t) => {
+            if let Some(t) = t {
+                s.current_task = Some(t.id.clone());
+                s.task_source = Some(t.source.clone());
+            }
+        }
+    }
+}
+
+/// A human's approval (D4).
+pub struct Approve<'a> {
+    pub by: &'a str,
+    pub note: Option<&'a str>,
+    pub extend: u64,
+}
+
+/// What an approval did.
+pub struct Approved {
+    pub state: State,
+    pub cleared: Option<HaltReason>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApproveError {
+    #[error("refused: a tick of loop {0} is running; approvals are made by a human between ticks")]
+    TickRunning(String),
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+/// Clears a halt and/or extends the cap, recorded in state and log; re-enables a schedule
+/// a halt disabled. Refused while a tick holds the lock, whatever the state says: an agent
+/// inside a tick can never approve or extend its own loop.
+pub fn approve(paths: &LoopPaths, a: &Approve<'_>) -> Result<Approved, ApproveError> {
+    if paths.tick_running()? {
+        return Err(ApproveError::TickRunning(paths.name.clone()));
+    }
+    let (state, cleared) = paths.update(|s| {
+        let cleared = s.halt.take().map(|h| h.reason);
+        if cleared
+            == Some(HaltReason::VerifierFailed(
+                crate::reason::VerifierFailure::ScorePlateau,
+            ))
+        {
+            // Otherwise the same flat window would halt the very next tick.
+            s.score_history.clear();
+        }
+        s.consecutive_aborts = 0;
+        s.extra_iterations = s.extra_iterations.saturating_add(a.extend);
+        s.approvals.push(Approval {
+            by: a.by.to_string(),
+            at: now(),
+            note: a.note.map(str::to_string),
+            cleared: cleared.as_ref().map(ToString::to_string),
+            extend: a.extend,
+        });
+        cleared
+    })?;
+    let mut args = vec![LogArg::Kv("by", a.by.to_string())];
+    if let Some(n) = a.note {
+        args.push(LogArg::Kv("note", n.to_string()));
+    }
+    if let Some(c) = &cleared {
+        args.push(LogArg::Kv("cleared", c.to_string()));
+    }
+    if a.extend > 0 {
+        args.push(LogArg::Kv("extend", a.extend.to_string()));
+    }
+    paths.log(Event::Approve, &args)?;
+    crate::schedule::enable_best_effort(paths);
+    Ok(Approved { state, cleared })
+}
+
+/// Moves the loop's task to another phase; returns the phase it left.
+pub fn transition(paths: &LoopPaths, to: &str) -> Result<String, StateError> {
+    let (_, from) = paths.update(|s| std::mem::replace(&mut s.current_phase, to.to_string()))?;
+    paths.log(
+        Event::Transition,
+        &[
+            LogArg::Kv("from", from.clone()),
+            LogArg::Kv("to", to.to_string()),
+        ],
+    )?;
+    Ok(from)
+}

@@ -1,0 +1,507 @@
+//! Loading a loop: `loop.toml`, the pipeline it runs, and the cross-checks between them
+//! (roles with no config, prompt files, templates against the DAG, model divergence).
+//! `run`, `check`, `status` and the daemon all load through here, so one file has one
+//! verdict and one exit code everywhere.
+
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+
+use crate::config::LoopConfig;
+use crate::diag::{Code, Diagnostic, Diagnostics, Source, SourceRef, list, suggest};
+use crate::pipeline::{Draft, Pipeline, TemplatePlace, View};
+use crate::state::LoopPaths;
+use crate::template::Tmpl;
+
+/// A loop whose files read and check clean.
+pub struct Loaded {
+    pub config: LoopConfig,
+    pub pipeline: Pipeline,
+    /// The pipeline file, when it is not the built-in tick.
+    pub pipeline_path: Option<PathBuf>,
+}
+
+/// Why a loop could not be loaded. `Config` is exit 3, `Io` exit 4.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("invalid configuration")]
+    Config(Diagnostics),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a `loop.toml` names as its pipeline, read and validated: the pipeline when it
+/// has a DAG, else the draft (so its roles can still be checked), else nothing.
+enum PipelineRead {
+    Valid(Box<Pipeline>),
+    Invalid(Box<Draft>),
+    Unreadable,
+}
+
+/// Reads the pipeline a loop runs: `pipeline` (a file given on the command line, or the
+/// loop's `pipeline` key), else the built-in tick. An unreadable file named in loop.toml
+/// is a `missing-file` diagnostic on that key.
+fn read_pipeline(
+    cfg: &LoopConfig,
+    arg: Option<&Path>,
+    base: &Path,
+    diags: &mut Diagnostics,
+) -> PipelineRead {
+    let (path, key) = match (arg, &cfg.pipeline) {
+        (Some(p), _) => (p.to_path_buf(), None),
+        (None, Some((p, lit))) => (p.clone(), Some(lit)),
+        (None, None) => return PipelineRead::Valid(Box::new(Pipeline::builtin())),
+    };
+    let src = match Source::read(&path, base) {
+        Ok(s) => s,
+        Err(e) => {
+            let d = match key {
+                Some(lit) => Diagnostic::error(
+                    Code::MissingFile,
+                    &cfg.source,
+                    lit.span.clone(),
+                    format!(
+                        "cannot read pipeline `{}`: {}",
+                        crate::diag::display_name(&path, base),
+                        io_reason(&e)
+                    ),
+                )
+                .label("this pipeline")
+                .help(format!(
+                    "relative paths resolve against {} (the directory of loop.toml); fix the path, or remove `pipeline` to run the built-in tick",
+                    crate::diag::display_name(&cfg.dir, base)
+                )),
+                None => io_diag(&path, base, &e),
+            };
+            diags.push(d);
+            return PipelineRead::Unreadable;
+        }
+    };
+    match Draft::parse(&src, diags) {
+        None => PipelineRead::Unreadable,
+        Some(d) => match d.validate(diags) {
+            Ok(p) => PipelineRead::Valid(Box::new(p)),
+            Err(d) => PipelineRead::Invalid(d),
+        },
+    }
+}
+
+/// THE loader: `loop.toml` and its pipeline, cross-checked, every problem collected.
+/// `pipeline_arg` (`run PIPELINE`) replaces the loop's own pipeline.
+pub fn load(
+    paths: &LoopPaths,
+    pipeline_arg: Option<&Path>,
+    base: &Path,
+) -> Result<Loaded, LoadError> {
+    let mut diags = Diagnostics::default();
+    let cfg_path = paths.config();
+    let config = match LoopConfig::read(&cfg_path, base, &mut diags) {
+        Ok(c) => c,
+        Err(e) => return Err(read_error(&cfg_path, base, e)),
+    };
+    let Some(config) = config else {
+        diags.sort();
+        return Err(LoadError::Config(diags));
+    };
+    let pipeline = read_pipeline(&config, pipeline_arg, base, &mut diags);
+    let pipeline_path = pipeline_arg
+        .map(Path::to_path_buf)
+        .or_else(|| config.pipeline.as_ref().map(|p| p.0.clone()));
+    let pipeline = match pipeline {
+        PipelineRead::Valid(p) => {
+            cross_check(&config, &p.view(), &p.source.name, base, &mut diags);
+            Some(*p)
+        }
+        PipelineRead::Invalid(d) => {
+            cross_check(&config, &d.view(), &d.source.name, base, &mut diags);
+            None
+        }
+        PipelineRead::Unreadable => None,
+    };
+    match pipeline {
+        Some(pipeline) if !diags.has_errors() => Ok(Loaded {
+            config,
+            pipeline,
+            pipeline_path,
+        }),
+        _ => {
+            diags.sort();
+            Err(LoadError::Config(diags))
+        }
+    }
+}
+
+/// A loop's `loop.toml` alone, checked (for commands that need no pipeline: `gate`,
+/// `approve`, `can-edit`).
+pub fn config(paths: &LoopPaths, base: &Path) -> Result<LoopConfig, LoadError> {
+    let mut diags = Diagnostics::default();
+    let path = paths.config();
+    match LoopConfig::read(&path, base, &mut diags) {
+        Ok(Some(c)) if !diags.has_errors() => Ok(c),
+        Ok(_) => {
+            diags.sort();
+            Err(LoadError::Config(diags))
+        }
+        Err(e) => Err(read_error(&path, base, e)),
+    }
+}
+
+/// `check` of one file: a `loop.toml` (with its pipeline and prompts) or a pipeline.
+/// Pushes every problem into `diags`; for a loop.toml, adds its roles' expanded argv to
+/// `explained`.
+pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics, explained: &mut Vec<String>) {
+    if !is_loop_config(path) {
+        match Source::read(path, base) {
+            Ok(src) => {
+                if let Some(d) = Draft::parse(&src, diags) {
+                    let _ = d.validate(diags);
+                }
+            }
+            Err(e) => diags.push(io_diag(path, base, &e)),
+        }
+        return;
+    }
+    let cfg = match LoopConfig::read(path, base, diags) {
+        Err(e) => {
+            diags.push(io_diag(path, base, &e));
+            return;
+        }
+        Ok(None) => return,
+        Ok(Some(cfg)) => cfg,
+    };
+    match read_pipeline(&cfg, None, base, diags) {
+        PipelineRead::Valid(p) => {
+            cross_check(&cfg, &p.view(), &p.source.name, base, diags);
+            explained.push(explain(&cfg, &p));
+        }
+        PipelineRead::Invalid(d) => cross_check(&cfg, &d.view(), &d.source.name, base, diags),
+        PipelineRead::Unreadable => {}
+    }
+}
+
+/// Whether `p` names a loop config (`loop.toml`, or a predecessor `loop.json`).
+pub fn is_loop_config(p: &Path) -> bool {
+    matches!(
+        p.file_name().and_then(|f| f.to_str()),
+        Some("loop.toml" | "loop.json")
+    )
+}
+
+/// `std::io::Error` without its "(os error 2)" suffix.
+fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_lowercase(),
+        None => s,
+    }
+}
+
+/// A file given to `check` that cannot be read.
+fn io_diag(path: &Path, base: &Path, e: &std::io::Error) -> Diagnostic {
+    let src = Source::new(crate::diag::display_name(path, base), path, "");
+    let help = if e.kind() == std::io::ErrorKind::InvalidData {
+        "loopflow files are UTF-8 text; is this a TOML file?"
+    } else {
+        "check the path and the file's permissions"
+    };
+    Diagnostic::error(
+        Code::MissingFile,
+        &src,
+        0..0,
+        format!("cannot read {}: {}", src.name, io_reason(e)),
+    )
+    .label("unreadable")
+    .help(help)
+}
+
+fn read_error(path: &Path, base: &Path, e: std::io::Error) -> LoadError {
+    if e.kind() != std::io::ErrorKind::InvalidData {
+        return LoadError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        };
+    }
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let good = std::str::from_utf8(&bytes)
+        .err()
+        .map_or(0, |u| u.valid_up_to());
+    // Only the valid prefix is shown, with control characters blanked (same byte
+    // length, so offsets hold) so binary junk never reaches the terminal.
+    let prefix: String = String::from_utf8_lossy(&bytes[..good])
+        .chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                " ".repeat(c.len_utf8())
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    let src = Source::new(crate::diag::display_name(path, base), path, prefix);
+    let mut d = Diagnostics::default();
+    d.push(
+        crate::diag::Diagnostic::error(
+            crate::diag::Code::TomlSyntax,
+            &src,
+            good..good,
+            "the file is not UTF-8 text, so it cannot be TOML",
+        )
+        .label("first byte that is not UTF-8")
+        .help("a TOML file must be UTF-8 text; is this the right file, or was it overwritten by a binary?"),
+    );
+    LoadError::Config(d)
+}
+
+/// Cross-checks the config against the pipeline it runs: every harness role has a
+/// `[roles.<role>]` table and an existing prompt, every argv and prompt template only
+/// uses what exists at its node, and model divergence is real (D12).
+pub fn cross_check(
+    lc: &LoopConfig,
+    view: &View<'_>,
+    pipeline_name: &str,
+    base: &Path,
+    diags: &mut Diagnostics,
+) {
+    let mut prompt_sources: IndexMap<PathBuf, Option<SourceRef>> = IndexMap::new();
+    for (v, node) in view.nodes().iter().enumerate() {
+        let Some(role) = node.spec.role() else {
+            continue;
+        };
+        let Some(cfg) = lc.roles.get(&role.value) else {
+            let known: Vec<&str> = lc.roles.keys().map(String::as_str).collect();
+            let near = suggest(&role.value, known.iter().copied()).or_else(|| {
+                // `verify` vs `verifier`: a long shared prefix is a near miss too.
+                let shared = |k: &str| {
+                    k.chars()
+                        .zip(role.value.chars())
+                        .take_while(|(a, b)| a == b)
+                        .count()
+                };
+                known
+                    .iter()
+                    .copied()
+                    .find(|k| shared(k) >= 4 && 2 * shared(k) >= role.value.len())
+            });
+            // Point at the near-miss table when there is one, else at `[roles]`.
+            let (span, label) = match near.and_then(|n| lc.roles.get(n)) {
+                Some(r) => (
+                    r.name_span.clone(),
+                    format!("`{}` is configured, not `{}`", r.name, role.value),
+                ),
+                None => match &lc.roles_span {
+                    Some(s) => (
+                        s.clone(),
+                        format!("no `[roles.{}]` among these", role.value),
+                    ),
+                    None => (
+                        0..lc.source.text.find('\n').unwrap_or(0),
+                        "this file has no `[roles.<name>]` tables".to_string(),
+                    ),
+                },
+            };
+            let mut d = Diagnostic::error(
+                Code::MissingRole,
+                &lc.source,
+                span,
+                format!(
+                    "role `{}` has no `[roles.{}]` table, but node `{}` of {} runs it",
+                    role.value, role.value, node.id.value, pipeline_name
+                ),
+            )
+            .label(label);
+            d = match near {
+                Some(s) => d.help(format!(
+                    "rename `[roles.{s}]` to `[roles.{}]`, or change the node's `role`",
+                    role.value
+                )),
+                None => d.help(format!(
+                    "add `[roles.{}]` with `prompt = \"prompts/loop-{}.md\"`; roles configured: {}",
+                    role.value,
+                    role.value,
+                    list(&known)
+                )),
+            };
+            diags.push(d);
+            continue;
+        };
+        for t in &lc.command_for(&role.value) {
+            if t.is_builtin() {
+                continue; // the built-in default harness
+            }
+            view.check_template(t, v, TemplatePlace::Node, diags);
+        }
+        match &cfg.prompt {
+            None => diags.push(
+                Diagnostic::error(
+                    Code::MissingKey,
+                    &lc.source,
+                    cfg.name_span.clone(),
+                    format!("`[roles.{}]` has no `prompt`", role.value),
+                )
+                .label(format!(
+                    "node `{}` runs this role, which needs a prompt",
+                    node.id.value
+                ))
+                .help(format!(
+                    "add `prompt = \"prompts/loop-{}.md\"` to `[roles.{}]`",
+                    role.value, role.value
+                )),
+            ),
+            Some((path, lit)) => {
+                let src = prompt_sources
+                    .entry(path.clone())
+                    .or_insert_with(|| Source::read(path, base).ok())
+                    .clone();
+                match src {
+                    None => diags.push(
+                        Diagnostic::error(
+                            Code::MissingPrompt,
+                            &lc.source,
+                            lit.span.clone(),
+                            format!("prompt file `{}` does not exist", crate::diag::display_name(path, base)),
+                        )
+                        .label("no such file")
+                        .help(format!(
+                            "relative prompt paths resolve against {}; create the file or fix the path",
+                            crate::diag::display_name(&lc.dir, base)
+                        )),
+                    ),
+                    Some(src) => view.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags),
+                }
+            }
+        }
+        if let Some((path, lit)) = &cfg.compaction_prompt {
+            match Source::read(path, base) {
+                Err(_) => diags.push(
+                    Diagnostic::error(
+                        Code::MissingPrompt,
+                        &lc.source,
+                        lit.span.clone(),
+                        format!(
+                            "compaction prompt `{}` does not exist",
+                            crate::diag::display_name(path, base)
+                        ),
+                    )
+                    .label("no such file")
+                    .help(
+                        "create the file (see prompts/compaction.md) or remove `compaction_prompt`",
+                    ),
+                ),
+                Ok(src) => view.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags),
+            }
+        }
+    }
+    check_model_divergence(lc, view, diags);
+}
+
+/// D12: when implement and verify name different models, the command each runs must
+/// pass `{{model}}`, or both would silently use the agent's default model.
+fn check_model_divergence(lc: &LoopConfig, view: &View<'_>, diags: &mut Diagnostics) {
+    let model = |r: &str| lc.roles.get(r).and_then(|r| r.model.clone());
+    let (Some(mi), Some(mv)) = (model("implement"), model("verify")) else {
+        return;
+    };
+    if mi == mv {
+        return;
+    }
+    let roles_used: Vec<&str> = view
+        .nodes()
+        .iter()
+        .filter_map(|n| n.spec.role().map(|r| r.value.as_str()))
+        .collect();
+    // Roles sharing one command (usually `[harness] command`) get one report.
+    let key = |cmd: &[Tmpl]| -> Vec<(String, std::ops::Range<usize>)> {
+        cmd.iter()
+            .map(|t| (t.text.clone(), t.whole_span()))
+            .collect()
+    };
+    let mut reported = Vec::new();
+    for role in ["implement", "verify"] {
+        if !roles_used.contains(&role) {
+            continue;
+        }
+        let cmd = lc.command_for(role);
+        if cmd.iter().any(|t| t.text.contains("model")) || reported.contains(&key(&cmd)) {
+            continue;
+        }
+        reported.push(key(&cmd));
+        let shared = ["implement", "verify"]
+            .iter()
+            .all(|r| key(&lc.command_for(r)) == key(&cmd));
+        let whose = if shared {
+            "the command both roles run".to_string()
+        } else {
+            format!("the `{role}` command")
+        };
+        let span = match (cmd.first(), cmd.last()) {
+            (Some(a), Some(b)) if a.whole_span() != (0..0) => {
+                a.whole_span().start..b.whole_span().end
+            }
+            _ => lc.roles.get(role).map_or(0..0, |r| r.name_span.clone()),
+        };
+        diags.push(
+            Diagnostic::error(
+                Code::ModelNotPassed,
+                &lc.source,
+                span,
+                format!(
+                    "implement uses model `{mi}` and verify `{mv}`, but {whose} never passes `{{{{model}}}}`"
+                ),
+            )
+            .label("this command runs the agent's default model for every role")
+            .help("add the agent's model flag with `{{model}}`, e.g. `\"--model\", \"{{model}}\"`, so verification is really done by a different model"),
+        );
+    }
+}
+
+/// `check --explain`: each role's expanded argv (templates unrendered) and where its
+/// usage is read from.
+pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
+    let mut out = format!("{}:\n", cfg.source.name);
+    let mut seen = Vec::new();
+    for node in &pipeline.nodes {
+        let Some(role) = node.spec.role() else {
+            continue;
+        };
+        if seen.contains(&role.value) {
+            continue;
+        }
+        seen.push(role.value.clone());
+        let agent = cfg.agent(&role.value);
+        let argv: Vec<String> = cfg
+            .command_for(&role.value)
+            .iter()
+            .map(|t| t.text.clone())
+            .collect();
+        let from = agent
+            .preset
+            .map_or(String::new(), |p| format!(" (preset {p})"));
+        out.push_str(&format!(
+            "  role {}{from}: {}\n",
+            role.value,
+            crate::node::show_argv(&argv)
+        ));
+        let u = &agent.usage;
+        if !u.is_empty() {
+            let mut parts = vec![match u.format {
+                Some(crate::preset::OutputFormat::Jsonl) => "stdout as JSON lines".to_string(),
+                _ => "stdout as JSON".to_string(),
+            }];
+            if let Some(t) = &u.text {
+                parts.push(format!("answer at {t}"));
+            }
+            if let Some(c) = &u.cost_usd {
+                parts.push(format!("cost_usd = {}", c.join(" + ")));
+            }
+            if let Some(t) = &u.tokens {
+                parts.push(format!("tokens = {}", t.join(" + ")));
+            }
+            out.push_str(&format!("    usage: {}\n", parts.join("; ")));
+        }
+    }
+    out
+}

@@ -1,0 +1,348 @@
+//! What a node sees when it runs: the tick's shared facts ([`TickScope`]), its own id,
+//! timeout and upstream outputs, its template variables (built on first use), and the
+//! [`Host`] through which it spawns processes, logs events and commits state. A node kind
+//! is unit-tested by handing it a scope and a host of the test's own.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use fixedbitset::FixedBitSet;
+use handlebars::Handlebars;
+use serde_json::{Map, Value};
+
+use super::{NodeOutput, NodeRun, OUTPUT_CAP};
+use crate::brakes::GateReport;
+use crate::config::LoopConfig;
+use crate::lifecycle::{Committed, Delta};
+use crate::process::{Exit, Finished};
+use crate::reason::Failure;
+use crate::state::{Event, LogArg, State, StateError};
+use crate::template::{self, RenderError, Tmpl, vars};
+use crate::verdict::Verdict;
+use crate::work_source::Task;
+use crate::work_source::WorkSourceReader;
+
+/// What every node of one tick shares.
+pub struct TickScope<'a> {
+    pub loop_name: &'a str,
+    pub project: &'a Path,
+    /// `outputs/` of the loop directory.
+    pub outputs: &'a Path,
+    /// The loop's verdict cache directory.
+    pub cache_dir: &'a Path,
+    pub config: &'a LoopConfig,
+    /// The state as it was when the tick started.
+    pub state: &'a State,
+    /// The tick number: `iteration_count + 1`.
+    pub tick: u64,
+    /// Where the agents work: the worktree, or the project root.
+    pub cwd: &'a Path,
+    /// The brakes as the tick found them (evaluated once).
+    pub gate: &'a GateReport,
+    /// The loop's work source, for the task after this tick.
+    pub work: &'a WorkSourceReader<'a>,
+    pub hb: &'a Handlebars<'static>,
+    /// The variables every node shares (`loop`, `iteration`, …).
+    pub vars: Map<String, Value>,
+}
+
+impl TickScope<'_> {
+    /// The task this tick works on: the work source's, else the state's.
+    pub fn task(&self) -> Option<&Task> {
+        self.gate.task.as_ref()
+    }
+
+    /// `outputs/<N>-<name>.<ext>`
+    pub fn output_file(&self, name: &str, ext: &str) -> PathBuf {
+        self.outputs.join(format!("{}-{}.{}", self.tick, name, ext))
+    }
+}
+
+/// A process a node wants run. The host adds the loop's environment, the working
+/// directory, the sandbox, the interrupt flag and the record of its process group.
+#[derive(Debug, Clone)]
+pub struct Spawn<'a> {
+    pub argv: &'a [String],
+    pub timeout: Option<Duration>,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+/// What a node (and the executor) asks of the tick running it.
+pub trait Host: Sync {
+    /// Runs a process to its end (or timeout, or interruption).
+    fn spawn(&self, node: &str, spawn: &Spawn<'_>) -> Finished;
+    /// Appends an event to the loop's log (best effort: a node's report never fails it).
+    fn event(&self, event: Event, args: &[LogArg<'_>]);
+    /// Writes this tick's iteration into the loop's state.
+    fn commit(&self, delta: Delta) -> Result<Committed, StateError>;
+    /// Whether SIGINT/SIGTERM asked the tick to stop.
+    fn cancelled(&self) -> bool;
+    /// Checked before every node runs (and re-runs): a failure fails the node.
+    fn before_node(&self) -> Result<(), Failure> {
+        Ok(())
+    }
+}
+
+/// The outputs of the nodes settled so far, and how the nodes relate, for building a
+/// node's upstream view on demand (most nodes never ask for it).
+#[derive(Clone, Copy)]
+pub struct Settled<'a> {
+    /// Node ids, by index.
+    pub ids: &'a [&'a str],
+    /// Each node's role, for harness nodes.
+    pub roles: &'a [Option<&'a str>],
+    /// Topological order.
+    pub order: &'a [usize],
+    /// Outputs of settled nodes, by index.
+    pub outputs: &'a [Option<NodeOutput>],
+}
+
+/// One node's view of the tick.
+pub struct NodeCtx<'a> {
+    scope: &'a TickScope<'a>,
+    host: &'a dyn Host,
+    id: &'a str,
+    timeout: Option<Duration>,
+    /// The name of the node's `{{output}}` file: its role, else its id.
+    output_name: &'a str,
+    settled: Settled<'a>,
+    /// The nodes upstream of this one.
+    ancestors: &'a FixedBitSet,
+    /// Outputs of every settled node upstream of this one, in topological order, once
+    /// asked for.
+    upstream: OnceLock<Vec<(&'a str, &'a NodeOutput)>>,
+    vars: OnceLock<Value>,
+}
+
+impl<'a> NodeCtx<'a> {
+    pub fn new(
+        scope: &'a TickScope<'a>,
+        host: &'a dyn Host,
+        v: usize,
+        timeout: Option<Duration>,
+        settled: Settled<'a>,
+        ancestors: &'a FixedBitSet,
+    ) -> Self {
+        NodeCtx {
+            scope,
+            host,
+            id: settled.ids[v],
+            timeout,
+            output_name: settled.roles[v].unwrap_or(settled.ids[v]),
+            settled,
+            ancestors,
+            upstream: OnceLock::new(),
+            vars: OnceLock::new(),
+        }
+    }
+
+    pub fn id(&self) -> &'a str {
+        self.id
+    }
+
+    pub fn scope(&self) -> &'a TickScope<'a> {
+        self.scope
+    }
+
+    pub fn config(&self) -> &'a LoopConfig {
+        self.scope.config
+    }
+
+    /// The node's own `timeout`.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    pub fn host(&self) -> &'a dyn Host {
+        self.host
+    }
+
+    /// `outputs/<N>-<name>.<ext>`
+    pub fn output_file(&self, name: &str, ext: &str) -> PathBuf {
+        self.scope.output_file(name, ext)
+    }
+
+    /// `{{output}}`: where the node's agent may write its output file.
+    pub fn output_path(&self) -> PathBuf {
+        self.output_file(self.output_name, "json")
+    }
+
+    /// Outputs of every settled node upstream of this one, in topological order.
+    /// Linear in the pipeline's size, once per node that asks.
+    pub fn upstream(&self) -> &[(&'a str, &'a NodeOutput)] {
+        self.upstream.get_or_init(|| {
+            let s = self.settled;
+            s.order
+                .iter()
+                .filter(|&&u| self.ancestors.contains(u))
+                .filter_map(|&u| Some((s.ids[u], s.outputs[u].as_ref()?)))
+                .collect()
+        })
+    }
+
+    /// The output of upstream node `id`.
+    pub fn upstream_output(&self, id: &str) -> Option<&'a NodeOutput> {
+        let s = self.settled;
+        let u = s.ids.iter().position(|i| *i == id)?;
+        if !self.ancestors.contains(u) {
+            return None;
+        }
+        s.outputs[u].as_ref()
+    }
+
+    /// The verdict of the nearest upstream verdict node.
+    pub fn verdict(&self) -> Option<&'a Verdict> {
+        self.upstream()
+            .iter()
+            .rev()
+            .find_map(|(_, o)| o.verdict.as_ref())
+    }
+
+    /// Seconds spent in processes upstream (for `max_seconds`).
+    pub fn upstream_seconds(&self) -> f64 {
+        self.upstream().iter().map(|(_, o)| o.seconds).sum()
+    }
+
+    /// `{{artifact}}`: the `{{output}}` of the last upstream implement node.
+    fn artifact(&self) -> Option<String> {
+        let s = self.settled;
+        s.order
+            .iter()
+            .filter(|&&u| self.ancestors.contains(u) && s.roles[u] == Some("implement"))
+            .filter_map(|&u| s.outputs[u].as_ref()?.output_path.as_ref())
+            .next_back()
+            .map(|p| p.display().to_string())
+    }
+
+    /// The template variables at this node (DESIGN §5), as a JSON object, built on first
+    /// use (most nodes render nothing).
+    pub fn vars(&self) -> &Value {
+        self.vars.get_or_init(|| {
+            let mut m = self.scope.vars.clone();
+            let up = self.upstream();
+            let paths: Vec<(String, String)> = up
+                .iter()
+                .map(|(_, o)| {
+                    (
+                        display(o.stdout_path.as_ref()),
+                        display(o.stderr_path.as_ref()),
+                    )
+                })
+                .collect();
+            let upstream: Vec<(&str, vars::Upstream<'_>)> = up
+                .iter()
+                .zip(&paths)
+                .map(|((id, o), (out, err))| {
+                    (
+                        *id,
+                        vars::Upstream {
+                            stdout_path: out,
+                            stderr_path: err,
+                            exit_code: o.exit_code,
+                            output: o.output.as_deref().unwrap_or(""),
+                        },
+                    )
+                })
+                .collect();
+            let verdict = self
+                .verdict()
+                .map(|v| serde_json::to_string(v).unwrap_or_default());
+            let artifact = self.artifact();
+            vars::at_node(
+                &mut m,
+                self.id,
+                &self.output_path().display().to_string(),
+                &upstream,
+                artifact.as_deref(),
+                verdict.as_deref(),
+            );
+            Value::Object(m)
+        })
+    }
+
+    /// Renders a template against this node's variables.
+    pub fn render(&self, text: &str) -> Result<String, RenderError> {
+        self.render_with(text, self.vars())
+    }
+
+    /// Renders a template against `vars` (this node's, extended by the caller).
+    pub fn render_with(&self, text: &str, vars: &Value) -> Result<String, RenderError> {
+        template::render(self.scope.hb, text, vars)
+    }
+
+    /// Renders every argv element separately: one template, one argv element, no shell.
+    pub fn render_argv(&self, argv: &[Tmpl], vars: &Value) -> Result<Vec<String>, String> {
+        argv.iter()
+            .map(|t| {
+                template::render(self.scope.hb, &t.text, vars)
+                    .map_err(|e| format!("argv element `{}`: {e}", t.text))
+            })
+            .collect()
+    }
+
+    /// Spawns `argv` for this node: stdout/stderr to `outputs/<N>-<id>.{stdout,stderr}`,
+    /// the given timeout, the loop's environment. A non-zero exit is a failure.
+    pub fn spawn(&self, argv: &[String], timeout: Option<Duration>) -> NodeRun {
+        let stdout = self.output_file(self.id, "stdout");
+        let stderr = self.output_file(self.id, "stderr");
+        let done = self.host.spawn(
+            self.id,
+            &Spawn {
+                argv,
+                timeout,
+                stdout: stdout.clone(),
+                stderr: stderr.clone(),
+            },
+        );
+        // Only the capped head: a runaway agent's gigabytes stay on disk.
+        let cut = crate::fs_safe::head(&stdout, OUTPUT_CAP as u64).unwrap_or_default();
+        let output = NodeOutput {
+            exit_code: done.exit.code(),
+            stdout_path: Some(stdout),
+            stderr_path: Some(stderr),
+            output: Some(String::from_utf8_lossy(&cut).into_owned()),
+            seconds: done.elapsed.as_secs_f64(),
+            ..Default::default()
+        };
+        match done.exit {
+            Exit::Code(0) => NodeRun::Ok(output),
+            other => NodeRun::Failed {
+                reason: other.failure(),
+                output,
+            },
+        }
+    }
+
+    /// Logs an event (a node's own report: a warning, a compaction).
+    pub fn event(&self, event: Event, args: &[LogArg<'_>]) {
+        self.host.event(event, args);
+    }
+
+    /// Logs `WARN node=<id> msg=…`.
+    pub fn warn(&self, msg: String) {
+        self.event(
+            Event::Warn,
+            &[
+                LogArg::Kv("node", self.id.to_string()),
+                LogArg::Kv("msg", msg),
+            ],
+        );
+    }
+
+    /// Writes the tick's iteration (the commit node).
+    pub fn commit(&self, delta: Delta) -> NodeRun {
+        match self.host.commit(delta) {
+            Ok(c) => NodeRun::Committed {
+                state: Box::new(c.state),
+                halted: c.halted,
+            },
+            Err(e) => NodeRun::fail(Failure::State(e.to_string())),
+        }
+    }
+}
+
+fn display(p: Option<&PathBuf>) -> String {
+    p.map(|p| p.display().to_string()).unwrap_or_default()
+}

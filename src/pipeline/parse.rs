@@ -1,0 +1,292 @@
+//! Reading a pipeline file into a [`Draft`] (every node parsed, every key checked), and
+//! validating the draft into a [`Pipeline`]: `needs` resolved, cycles reported, the DAG
+//! built, then the checks that need it.
+
+use indexmap::IndexMap;
+
+use super::graph::{self, Dag};
+use super::{MAX_NODES, Node, OnFailure, Pipeline};
+use crate::diag::{Code, Diagnostic, Diagnostics, SourceRef, list, suggest};
+use crate::node::{self, Broken, NodeSpec};
+use crate::template::Tmpl;
+use crate::toml_read::{self, Str, Table};
+
+/// A pipeline as written: its nodes, not yet known to form a DAG.
+#[derive(Debug)]
+pub struct Draft {
+    pub source: SourceRef,
+    pub name: String,
+    pub description: Option<String>,
+    pub nodes: Vec<Node>,
+    pub index: IndexMap<String, usize>,
+}
+
+impl Draft {
+    /// Parses a pipeline file, pushing every problem into `diags`. `None` when the TOML
+    /// itself does not parse.
+    pub fn parse(source: &SourceRef, diags: &mut Diagnostics) -> Option<Draft> {
+        let doc = toml_read::parse(source, diags)?;
+        let root = Table::new(source, doc.get_ref(), 0..0, "");
+        root.deny_unknown(&["name", "description", "nodes"], diags);
+        let name = root
+            .str("name", diags)
+            .map(|s| s.value)
+            .unwrap_or_else(|| "pipeline".into());
+        let description = root.str("description", diags).map(|s| s.value);
+        let mut nodes = Vec::new();
+        let mut index = IndexMap::new();
+        match root.table("nodes", diags) {
+            Some(nt) => {
+                let tables = nt.subtables(diags);
+                if tables.len() > MAX_NODES {
+                    // The DAG keeps an ancestor bitset per node (n² bits): a hostile
+                    // 100 000-node file would need over a gigabyte before any other check
+                    // could run. Nothing of such a file is parsed further.
+                    let span = root.key_span("nodes").unwrap_or(0..0);
+                    diags.push(
+                        Diagnostic::error(
+                            Code::InvalidValue,
+                            source,
+                            span,
+                            format!(
+                                "the pipeline has {} nodes; loopflow accepts at most {MAX_NODES}",
+                                tables.len()
+                            ),
+                        )
+                        .label("too many nodes")
+                        .help("split the work into several loops, or generate fewer nodes"),
+                    );
+                }
+                for (id, t) in tables {
+                    let node = parse_node(id, &t, diags);
+                    index.insert(node.id.value.clone(), nodes.len());
+                    nodes.push(node);
+                }
+            }
+            None if root.get("nodes").is_none() => diags.push(
+                Diagnostic::error(Code::MissingKey, source, 0..source.text.find('\n').unwrap_or(0), "the pipeline has no nodes")
+                    .label("no `[nodes.<id>]` tables in this file")
+                    .help("add nodes such as `[nodes.gate]` with `kind = \"gate\"`, ending in a `commit` node"),
+            ),
+            None => {}
+        }
+        Some(Draft {
+            source: source.clone(),
+            name,
+            description,
+            nodes,
+            index,
+        })
+    }
+
+    /// Builds the DAG and runs every check that needs it. `Err` gives the draft back when
+    /// there is no DAG (a cycle, too many nodes), so what depends on the nodes alone (a
+    /// loop's roles and prompts) can still be checked.
+    pub fn validate(self, diags: &mut Diagnostics) -> Result<Pipeline, Box<Draft>> {
+        if self.nodes.len() > MAX_NODES {
+            return Err(Box::new(self));
+        }
+        let Some(dag) = self.graph(diags) else {
+            super::check::names_only(&self, diags);
+            return Err(Box::new(self));
+        };
+        let p = Pipeline {
+            source: self.source,
+            name: self.name,
+            description: self.description,
+            nodes: self.nodes,
+            index: self.index,
+            dag,
+        };
+        super::check::pipeline(&p, diags);
+        Ok(p)
+    }
+
+    /// Resolves `needs` and builds the DAG; `None` when the graph has cycles.
+    fn graph(&self, diags: &mut Diagnostics) -> Option<Dag> {
+        let src = self.source.clone();
+        let mut needs: Vec<Vec<usize>> = Vec::with_capacity(self.nodes.len());
+        let ids: Vec<&str> = self.nodes.iter().map(|n| n.id.value.as_str()).collect();
+        for node in &self.nodes {
+            let mut deps = Vec::new();
+            for need in &node.needs {
+                match self.index.get(&need.value) {
+                    Some(&i) => deps.push(i),
+                    None => {
+                        let mut d = Diagnostic::error(
+                            Code::UnknownNeed,
+                            &src,
+                            need.span.clone(),
+                            format!(
+                                "node `{}` needs `{}`, which is not a node of this pipeline",
+                                node.id.value, need.value
+                            ),
+                        )
+                        .label("no node has this id");
+                        d = match suggest(&need.value, ids.iter().copied()) {
+                            Some(s) => {
+                                d.help(format!("did you mean `{s}`? Nodes: {}", ids.join(", ")))
+                            }
+                            None => d.help(format!("name one of the nodes: {}", ids.join(", "))),
+                        };
+                        diags.push(d);
+                    }
+                }
+            }
+            // O(k log k) per node: a fan-in of 10,000 needs stays linear-ish.
+            deps.sort_unstable();
+            deps.dedup();
+            needs.push(deps);
+        }
+        match graph::build(&needs) {
+            Ok(dag) => Some(dag),
+            Err(cycles) => {
+                for cycle in cycles {
+                    let names: Vec<&str> = cycle.iter().map(|&i| ids[i]).collect();
+                    let first = cycle[0];
+                    let closing = cycle[cycle.len() - 1];
+                    // Point at the `needs` entry of the first node that names the previous one.
+                    let node = &self.nodes[first];
+                    let span = node
+                        .needs
+                        .iter()
+                        .find(|n| n.value == ids[closing])
+                        .map(|n| n.span.clone())
+                        .unwrap_or_else(|| node.id.span.clone());
+                    let mut path: Vec<&str> = names.clone();
+                    path.push(names[0]);
+                    // A long cycle is shown by its ends: the first and last few nodes.
+                    let shown = if path.len() > 12 {
+                        format!(
+                            "{} → … → {} ({} nodes)",
+                            path[..6].join(" → "),
+                            path[path.len() - 6..].join(" → "),
+                            names.len()
+                        )
+                    } else {
+                        path.join(" → ")
+                    };
+                    let among = if names.len() > 12 {
+                        format!("the {} nodes of the cycle", names.len())
+                    } else {
+                        list(&names)
+                    };
+                    diags.push(
+                        Diagnostic::error(
+                            Code::DependencyCycle,
+                            &src,
+                            span,
+                            format!("dependency cycle: {shown}"),
+                        )
+                        .label(format!(
+                            "`{}` waits for `{}`, which waits for it",
+                            names[0], ids[closing]
+                        ))
+                        .help(format!(
+                            "a node cannot wait for itself; remove one `needs` entry among {among}"
+                        )),
+                    );
+                }
+                None
+            }
+        }
+    }
+}
+
+fn parse_node(id: Str, t: &Table<'_, '_>, diags: &mut Diagnostics) -> Node {
+    let src = t.source;
+    let kind = t.str("kind", diags);
+    let registered = kind.as_ref().and_then(|k| node::kind(&k.value));
+    let mut spec: Option<Box<dyn NodeSpec>> = None;
+    match (&kind, registered) {
+        (None, _) => {
+            if t.get("kind").is_none() {
+                // Guess the kind from the keys that are there.
+                let example = if t.get("argv").is_some() {
+                    "kind = \"command\""
+                } else if t.get("from").is_some() {
+                    "kind = \"verdict\""
+                } else if t.get("message").is_some() {
+                    "kind = \"git-commit\""
+                } else {
+                    "kind = \"harness\""
+                };
+                t.missing("kind", example, diags);
+            }
+        }
+        (Some(k), None) => {
+            let names = node::kind_names();
+            let mut d = Diagnostic::error(
+                Code::UnknownNodeKind,
+                src,
+                k.span.clone(),
+                format!("node `{}` has unknown kind `{}`", id.value, k.value),
+            )
+            .label("not a node kind");
+            d = match suggest(&k.value, names.iter().copied()) {
+                Some(s) => d.help(format!(
+                    "did you mean `{s}`? Node kinds: {}",
+                    names.join(", ")
+                )),
+                None => d.help(format!("use one of the node kinds: {}", names.join(", "))),
+            };
+            diags.push(d);
+        }
+        (Some(_), Some(k)) => {
+            let mut known: Vec<&str> = node::COMMON_KEYS.to_vec();
+            known.extend(k.keys().iter().map(|k| k.name));
+            t.deny_unknown(&known, diags);
+            spec = k.parse(t, diags);
+        }
+    }
+    let needs = t
+        .str_list("needs", diags)
+        .map(|(v, _)| v)
+        .unwrap_or_default();
+    let timeout = t.duration("timeout", diags);
+    let retries = t
+        .uint("retries", diags)
+        .map(|(n, span)| {
+            if n > 100 {
+                diags.push(
+                    Diagnostic::error(Code::InvalidValue, src, span, "`retries` is at most 100")
+                        .label("too many")
+                        .help(
+                            "a node that fails 100 times will not succeed on the 101st; lower it",
+                        ),
+                );
+            }
+            n.min(100) as u32
+        })
+        .unwrap_or(0);
+    let on_failure = match t.str("on_failure", diags) {
+        None => OnFailure::Abort,
+        Some(s) => match s.value.as_str() {
+            "abort" => OnFailure::Abort,
+            "halt" => OnFailure::Halt,
+            "continue" => OnFailure::Continue,
+            other => {
+                diags.push(
+                    Diagnostic::error(Code::InvalidValue, src, s.span, format!("`on_failure` cannot be `{other}`"))
+                        .label("not a failure policy")
+                        .help("use \"abort\" (the default: the tick advances nothing), \"halt\" or \"continue\""),
+                );
+                OnFailure::Abort
+            }
+        },
+    };
+    let when = t
+        .str("when", diags)
+        .map(|s| Tmpl::literal(src, &s.value, s.span));
+    Node {
+        kind: registered.map_or("?", |k| k.name()),
+        kind_span: kind.map(|k| k.span).unwrap_or_else(|| id.span.clone()),
+        id,
+        needs,
+        timeout,
+        retries,
+        on_failure,
+        when,
+        spec: spec.unwrap_or_else(|| Box::new(Broken)),
+    }
+}

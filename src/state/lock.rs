@@ -1,0 +1,104 @@
+//! The locks of a loop. The tick lock (`.lock` and the loop directory, both flocked) is
+//! held for a whole tick; `approve` and a second tick take it without waiting and back
+//! off. The state lock (`.state.lock`) is held around every read-modify-write of
+//! `.state.loop`, so a `transition` made from inside a tick is never lost.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+
+use super::{LoopPaths, StateError, io_err};
+use crate::fs_safe::nofollow;
+
+/// Held for the whole of a tick: the `.lock` file and the loop directory, both flocked.
+/// The lock file also lists the process groups the tick spawned (`pgid N` lines), so
+/// the next tick can stop what a tick killed with `kill -9` left running.
+pub struct TickLock {
+    _dir: Option<File>,
+    file: File,
+}
+
+impl TickLock {
+    /// Records a spawned process group (one small write to the already open file).
+    pub fn record_group(&self, pgid: u32) {
+        let _ = (&self.file).write_all(format!("pgid {pgid}\n").as_bytes());
+    }
+
+    /// The groups an earlier tick recorded and did not clear (it died), and clears them.
+    pub fn take_groups(&self) -> Vec<u32> {
+        let mut f = &self.file;
+        let mut text = String::new();
+        let _ = f.seek(SeekFrom::Start(0));
+        let _ = f.take(64 * 1024).read_to_string(&mut text);
+        self.clear_groups();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("pgid ")?.trim().parse().ok())
+            .filter(|&g: &u32| g > 1)
+            .collect()
+    }
+
+    /// Forgets the recorded groups: the tick stopped all of them itself.
+    pub fn clear_groups(&self) {
+        let _ = self.file.set_len(0);
+        let _ = (&self.file).seek(SeekFrom::Start(0));
+    }
+}
+
+impl LoopPaths {
+    /// Takes the state lock (blocking: it is only ever held for one read-modify-write).
+    pub(super) fn lock_state(&self) -> Result<File, StateError> {
+        let f = nofollow(OpenOptions::new().create(true).truncate(false).write(true))
+            .open(&self.state_lock)
+            .map_err(io_err(&self.state_lock))?;
+        f.lock().map_err(io_err(&self.state_lock))?;
+        Ok(f)
+    }
+
+    /// Takes the tick lock without waiting. `None` when another tick holds it.
+    pub fn try_lock_tick(&self) -> Result<Option<TickLock>, StateError> {
+        let Some(dir) = self.try_lock_dir()? else {
+            return Ok(None);
+        };
+        let f = nofollow(
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true),
+        )
+        .open(&self.lock)
+        .map_err(io_err(&self.lock))?;
+        match f.try_lock() {
+            Ok(()) => Ok(Some(TickLock { _dir: dir, file: f })),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(e)) => Err(io_err(&self.lock)(e)),
+        }
+    }
+
+    /// The loop directory's own lock, taken with `.lock`: an agent that deletes `.lock`
+    /// during its tick must not let `approve` or a second tick in. `Some(None)` where
+    /// directories cannot be locked.
+    fn try_lock_dir(&self) -> Result<Option<Option<File>>, StateError> {
+        #[cfg(unix)]
+        {
+            let d = File::open(&self.dir).map_err(io_err(&self.dir))?;
+            match d.try_lock() {
+                Ok(()) => Ok(Some(Some(d))),
+                Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+                Err(std::fs::TryLockError::Error(e)) => Err(io_err(&self.dir)(e)),
+            }
+        }
+        #[cfg(not(unix))]
+        Ok(Some(None))
+    }
+
+    /// Whether a tick holds the loop right now.
+    pub fn tick_running(&self) -> Result<bool, StateError> {
+        if !self.dir.is_dir() {
+            return Ok(false);
+        }
+        if !self.lock.exists() {
+            return Ok(self.try_lock_dir()?.is_none());
+        }
+        Ok(self.try_lock_tick()?.is_none())
+    }
+}

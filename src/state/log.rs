@@ -1,0 +1,177 @@
+//! `.state.log`: one line per event, `<RFC3339-UTC> <EVENT> <key=value …>` (DESIGN §8).
+//! Values are quoted and escaped so no reason, note or agent text can forge a line, and
+//! the readers here (the last `TICK`, halts logged during a tick) are bounded.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use super::{StateError, io_err, now};
+use crate::fs_safe::{nofollow, refuse_hard_link};
+
+/// The events the log records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Create,
+    Tick,
+    Skip,
+    Halt,
+    Abort,
+    Approve,
+    Transition,
+    Task,
+    Retry,
+    Compact,
+    Warn,
+    Error,
+    Schedule,
+    Worktree,
+    DaemonStopped,
+}
+
+impl Event {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Create => "CREATE",
+            Event::Tick => "TICK",
+            Event::Skip => "SKIP",
+            Event::Halt => "HALT",
+            Event::Abort => "ABORT",
+            Event::Approve => "APPROVE",
+            Event::Transition => "TRANSITION",
+            Event::Task => "TASK",
+            Event::Retry => "RETRY",
+            Event::Compact => "COMPACT",
+            Event::Warn => "WARN",
+            Event::Error => "ERROR",
+            Event::Schedule => "SCHEDULE",
+            Event::Worktree => "WORKTREE",
+            Event::DaemonStopped => "DAEMON_STOPPED",
+        }
+    }
+}
+
+/// One item after the event name: a bare word or `key=value`.
+pub enum LogArg<'a> {
+    Word(&'a str),
+    Kv(&'a str, String),
+}
+
+/// Characters some reader treats as a line break (Rust's `lines`, Python's `splitlines`,
+/// JavaScript's line terminators), or that a terminal acts on: none may reach the log raw,
+/// or a reason could forge an event line.
+fn breaks_lines(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// Quotes a log value when it holds whitespace, quotes or `=`, so lines stay parseable.
+/// Inside quotes every line-breaking character is escaped (`\n`, `\u2028`).
+pub fn quote(v: &str) -> String {
+    if v.is_empty()
+        || v.chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '=' || breaks_lines(c))
+    {
+        let json = serde_json::to_string(v).unwrap_or_else(|_| "\"?\"".into());
+        // serde_json leaves U+0085, U+2028, U+2029 and DEL raw; escape them too.
+        let mut out = String::with_capacity(json.len());
+        for c in json.chars() {
+            if breaks_lines(c) {
+                out.push_str(&format!("\\u{:04x}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    } else {
+        v.to_string()
+    }
+}
+
+/// A bare word in a log line: line-breaking characters become spaces.
+fn word(w: &str) -> String {
+    w.chars()
+        .map(|c| if breaks_lines(c) { ' ' } else { c })
+        .collect()
+}
+
+/// The text of one event line, newline included.
+pub fn line(event: Event, args: &[LogArg<'_>]) -> String {
+    let mut line = format!("{} {}", now(), event.as_str());
+    for a in args {
+        line.push(' ');
+        match a {
+            LogArg::Word(w) => line.push_str(&word(w)),
+            LogArg::Kv(k, v) => {
+                line.push_str(k);
+                line.push('=');
+                line.push_str(&quote(v));
+            }
+        }
+    }
+    line.push('\n');
+    line
+}
+
+/// Appends one event line to the log at `path`.
+pub fn append(path: &Path, event: Event, args: &[LogArg<'_>]) -> Result<(), StateError> {
+    let line = line(event, args);
+    let mut f = nofollow(OpenOptions::new().create(true).append(true))
+        .open(path)
+        .map_err(io_err(path))?;
+    refuse_hard_link(&f).map_err(io_err(path))?;
+    // One write call per line: O_APPEND keeps concurrent writers' lines whole.
+    f.write_all(line.as_bytes()).map_err(io_err(path))
+}
+
+/// The `iter=` of the last `TICK` line in the log's tail (the last 64 KiB); 0 when the
+/// whole log was read and holds none; `None` when that cannot be known.
+pub fn last_tick(path: &Path) -> Option<u64> {
+    let mut f = File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    let start = len.saturating_sub(64 * 1024);
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).ok()?;
+    let last = String::from_utf8_lossy(&buf).lines().rev().find_map(|l| {
+        let mut words = l.split(' ');
+        words.next()?; // the time
+        if words.next()? != Event::Tick.as_str() {
+            return None;
+        }
+        words.find_map(|w| w.strip_prefix("iter=")?.parse().ok())
+    });
+    last.or((start == 0).then_some(0))
+}
+
+/// The most recent halt logged at or after byte `start` (by `loopflow halt` during a
+/// tick), for when the state file no longer shows it. `None` when there is none.
+pub fn halt_since(path: &Path, start: u64) -> Option<String> {
+    let mut f = File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    // Bounded: the newest 4 MiB of this tick's events at most.
+    let from = start.max(len.saturating_sub(4 << 20));
+    f.seek(SeekFrom::Start(from)).ok()?;
+    let mut text = String::new();
+    f.take(4 << 20).read_to_string(&mut text).ok()?;
+    let prefix = format!("{} ", Event::Halt.as_str());
+    text.lines()
+        .filter_map(|l| l.split_once(' ').map(|(_, rest)| rest))
+        .filter_map(|rest| rest.strip_prefix(prefix.as_str()))
+        .map(|r| r.split(" detail=\"").next().unwrap_or(r).to_string())
+        .next_back()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote("abc"), "abc");
+        assert_eq!(quote("extend 5"), "\"extend 5\"");
+        assert_eq!(quote(""), "\"\"");
+        assert_eq!(quote("a\u{2028}b"), "\"a\\u2028b\"");
+        assert_eq!(quote("a\u{85}b\u{b}"), "\"a\\u0085b\\u000b\"");
+        assert_eq!(word("a\u{2029}b\rc\u{c}"), "a b c ");
+    }
+}

@@ -1,0 +1,191 @@
+//! A loop's files: versioned state JSON (written only by atomic replace), where each file
+//! lives, the append-only event log, the locks, and the checks that notice when someone
+//! other than loopflow changed them during a tick.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fs_safe::write_atomic;
+use crate::reason::HaltReason;
+use crate::verdict::Verdict;
+
+mod lock;
+pub mod log;
+mod paths;
+pub mod tamper;
+
+pub use lock::TickLock;
+pub use log::{Event, LogArg};
+pub use paths::{LoopPaths, check_loop_name, list_loops, loops_dir};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `.state.loop` (DESIGN §8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct State {
+    pub schema_version: u32,
+    pub name: String,
+    pub iteration_count: u64,
+    pub current_task: Option<String>,
+    pub current_phase: String,
+    /// The last `score_plateau_window` verdict scores, oldest first.
+    pub score_history: Vec<f64>,
+    pub last_verdict: Option<Verdict>,
+    /// RFC 3339 UTC.
+    pub last_tick_at: Option<String>,
+    pub halt: Option<Halt>,
+    pub spent: Spent,
+    pub worktree_path: Option<String>,
+    pub approvals: Vec<Approval>,
+    /// Ticks aborted in a row; reset by a committed tick or an approval.
+    #[serde(default)]
+    pub consecutive_aborts: u32,
+    /// Iterations added by `approve --extend`, on top of `brakes.max_iterations`.
+    #[serde(default)]
+    pub extra_iterations: u64,
+    #[serde(default)]
+    pub created_at: Option<String>,
+    /// Where `current_task` came from (`--task`, `backlog:FILE`, `audit`).
+    #[serde(default)]
+    pub task_source: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Halt {
+    #[schemars(with = "String")]
+    pub reason: HaltReason,
+    pub detail: Option<String>,
+    pub at: String,
+    pub iteration: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Spent {
+    pub usd: f64,
+    pub tokens: u64,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Approval {
+    pub by: String,
+    pub at: String,
+    pub note: Option<String>,
+    /// The halt this approval cleared.
+    pub cleared: Option<String>,
+    #[serde(default)]
+    pub extend: u64,
+}
+
+impl State {
+    pub fn new(name: &str, task: Option<String>, worktree: Option<String>) -> State {
+        State {
+            schema_version: SCHEMA_VERSION,
+            name: name.to_string(),
+            iteration_count: 0,
+            task_source: task.as_ref().map(|_| "--task".to_string()),
+            current_task: task,
+            current_phase: "implement".into(),
+            score_history: Vec::new(),
+            last_verdict: None,
+            last_tick_at: None,
+            halt: None,
+            spent: Spent::default(),
+            worktree_path: worktree,
+            approvals: Vec::new(),
+            consecutive_aborts: 0,
+            extra_iterations: 0,
+            created_at: Some(now()),
+        }
+    }
+}
+
+/// The current time as RFC 3339 UTC with second precision.
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Failures reading or writing a loop's files. All map to exit code 4.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(
+        "{path}:{line}:{column}: the state file is not valid: {message}\n  it was left untouched; fix or restore it (loopflow never overwrites a state file it cannot read)"
+    )]
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error(
+        "{path}: state schema_version {found} is newer than this loopflow understands ({SCHEMA_VERSION}); upgrade loopflow"
+    )]
+    TooNew { path: PathBuf, found: u32 },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Reads a state file. A file that does not parse is reported with line and column.
+pub fn load(path: &Path) -> Result<State, StateError> {
+    let text = crate::fs_safe::read_to_string(path).map_err(io_err(path))?;
+    // Look at the version first so a newer format is named as such, not as corruption.
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+        && let Some(found) = v.get("schema_version").and_then(serde_json::Value::as_u64)
+        && found > u64::from(SCHEMA_VERSION)
+    {
+        return Err(StateError::TooNew {
+            path: path.to_path_buf(),
+            found: found as u32,
+        });
+    }
+    serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+        path: path.to_path_buf(),
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })
+}
+
+/// Atomic replace: temp file in the same directory, fsync, rename, fsync the directory.
+/// A crash at any point leaves either the old file or the new one, never a mix.
+pub fn save(path: &Path, state: &State) -> Result<(), StateError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut json =
+        serde_json::to_vec_pretty(state).map_err(|e| io_err(path)(io::Error::other(e)))?;
+    json.push(b'\n');
+    write_atomic(dir, path, &json).map_err(io_err(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_and_corrupt_is_located() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(".state.loop");
+        let s = State::new("x", Some("t".into()), None);
+        save(&p, &s).unwrap();
+        assert_eq!(load(&p).unwrap(), s);
+        std::fs::write(&p, "{\n  \"schema_version\": 1,\n  oops\n}").unwrap();
+        match load(&p) {
+            Err(StateError::Corrupt { line, column, .. }) => assert_eq!((line, column), (3, 3)),
+            other => panic!("{other:?}"),
+        }
+    }
+}

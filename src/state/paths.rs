@@ -1,0 +1,145 @@
+//! Where a loop's files live (DESIGN §2), and the operations that go through them: load,
+//! locked read-modify-write, append to the log, the symlink refusal that comes first.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::log::{self, Event, LogArg};
+use super::{State, StateError, io_err, load, save};
+
+/// Loop names match `^[a-z0-9][a-z0-9_-]{0,63}$`: never a path.
+pub fn check_loop_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.as_bytes()[0].is_ascii_lowercase() | name.as_bytes()[0].is_ascii_digit()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid loop name {name:?}: use 1–64 characters from a-z, 0-9, `_` and `-`, starting with a letter or digit"
+        ))
+    }
+}
+
+/// Every loop directory of a project, sorted by name.
+pub fn list_loops(project: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(loops_dir(project))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| check_loop_name(n).is_ok())
+        .collect();
+    out.sort();
+    out
+}
+
+/// `.loopflow/loops` of a project.
+pub fn loops_dir(project: &Path) -> PathBuf {
+    project.join(".loopflow").join("loops")
+}
+
+/// The files of one loop.
+#[derive(Debug, Clone)]
+pub struct LoopPaths {
+    pub name: String,
+    pub project: PathBuf,
+    pub dir: PathBuf,
+    pub state: PathBuf,
+    pub log: PathBuf,
+    pub lock: PathBuf,
+    pub state_lock: PathBuf,
+    pub outputs: PathBuf,
+    pub worktree: PathBuf,
+}
+
+impl LoopPaths {
+    pub fn new(project: &Path, name: &str) -> LoopPaths {
+        let dir = loops_dir(project).join(name);
+        LoopPaths {
+            name: name.to_string(),
+            project: project.to_path_buf(),
+            state: dir.join(".state.loop"),
+            log: dir.join(".state.log"),
+            lock: dir.join(".lock"),
+            state_lock: dir.join(".state.lock"),
+            outputs: dir.join("outputs"),
+            worktree: dir.join("worktree"),
+            dir,
+        }
+    }
+
+    /// `loop.toml`, or a predecessor-style `loop.json` when only that exists.
+    pub fn config(&self) -> PathBuf {
+        let toml = self.dir.join("loop.toml");
+        let json = self.dir.join("loop.json");
+        if !toml.exists() && json.exists() {
+            json
+        } else {
+            toml
+        }
+    }
+
+    /// The verdict cache of the loop's roles.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.dir.join("cache")
+    }
+
+    pub fn load(&self) -> Result<State, StateError> {
+        load(&self.state)
+    }
+
+    /// Read-modify-write of the state under the state lock, so concurrent writers (a
+    /// tick's commit, `halt`, `transition` from inside the tick) never lose an update.
+    pub fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> Result<(State, R), StateError> {
+        self.refuse_symlinks()?;
+        let _guard = self.lock_state()?;
+        let mut state = self.load()?;
+        let r = f(&mut state);
+        save(&self.state, &state)?;
+        Ok((state, r))
+    }
+
+    /// Refuses a loop directory, `outputs/` or `cache/` that is a symlink: loopflow writes
+    /// only inside the loop's own directory, never where a planted link points.
+    pub fn refuse_symlinks(&self) -> Result<(), StateError> {
+        for p in [&self.dir, &self.outputs, &self.cache_dir()] {
+            if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(io_err(p)(io::Error::other(
+                    "is a symlink; loopflow never writes through one (remove it, or move the real directory here)",
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The commit writes the state, then its `TICK` line; a crash in between leaves an
+    /// iteration without its line. Called at the start of the next tick, under the tick
+    /// lock: when the log's last `TICK` is exactly one iteration behind the state, the
+    /// missing line is appended as `TICK iter=N recovered=true`. Anything else (no log,
+    /// a rotated log) is left alone.
+    pub fn recover_tick_line(&self, state: &State) -> Result<(), StateError> {
+        if state.iteration_count == 0 {
+            return Ok(());
+        }
+        match log::last_tick(&self.log) {
+            Some(last) if last + 1 == state.iteration_count => self.log(
+                Event::Tick,
+                &[
+                    LogArg::Kv("iter", state.iteration_count.to_string()),
+                    LogArg::Kv("recovered", "true".into()),
+                ],
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// Appends one event line: `<time> <EVENT> <args>`.
+    pub fn log(&self, event: Event, args: &[LogArg<'_>]) -> Result<(), StateError> {
+        log::append(&self.log, event, args)
+    }
+}
