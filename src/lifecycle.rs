@@ -3,12 +3,11 @@
 //! count of aborted ticks, approvals and phase transitions. Everything that writes
 //! `.state.loop` goes through here, under the state lock.
 
-use crate::brakes::Task;
-use crate::node::fmt_score;
 use crate::reason::{Failure, HaltReason, Intervention};
 use crate::state::tamper::{Watched, forged_fields};
 use crate::state::{Approval, Event, Halt, LogArg, LoopPaths, State, StateError, now};
-use crate::verdict::Verdict;
+use crate::verdict::{Verdict, fmt_score};
+use crate::work_source::Task;
 
 /// What a tick's commit adds to the state, as the commit node computed it.
 #[derive(Debug, Clone, Default)]

@@ -101,6 +101,17 @@ fn last_json_fence(text: &str) -> Option<String> {
     found
 }
 
+/// A score as the log shows it: at most 4 decimals, at least one (`0.5`, `1.0`).
+pub fn fmt_score(s: f64) -> String {
+    let t = format!("{s:.4}");
+    let t = t.trim_end_matches('0');
+    if t.ends_with('.') {
+        format!("{t}0")
+    } else {
+        t.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

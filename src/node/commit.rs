@@ -26,17 +26,6 @@ impl NodeKind for Commit {
 #[derive(Debug)]
 struct CommitNode;
 
-/// A score as the log shows it: at most 4 decimals, at least one (`0.5`, `1.0`).
-pub fn fmt_score(s: f64) -> String {
-    let t = format!("{s:.4}");
-    let t = t.trim_end_matches('0');
-    if t.ends_with('.') {
-        format!("{t}0")
-    } else {
-        t.to_string()
-    }
-}
-
 /// Usage an agent reported in its `{{output}}` file, when that file is a JSON object:
 /// `cost_usd` (or Claude Code's `total_cost_usd`) and `tokens` (or `usage.input_tokens`
 /// + `usage.output_tokens`). Counted on top of the verdict's own `cost_usd`/`tokens`.

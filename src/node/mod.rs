@@ -22,7 +22,6 @@ mod git_commit;
 mod harness;
 mod verdict;
 
-pub use commit::fmt_score;
 pub use ctx::{Host, NodeCtx, Settled, Spawn, TickScope};
 
 /// A key a node kind accepts besides the common ones, for `check` and the JSON Schema.

@@ -1,0 +1,183 @@
+//! cron: one crontab line wrapped in `flock -n` so ticks never overlap; intervals cron
+//! cannot express are rounded to the nearest one it can, with a comment. Installing edits
+//! a marked block of the user's crontab.
+
+use super::{File, Target, tool_input, which};
+
+/// The 5-field cron expression nearest to `secs`, and a note when it is not exact.
+pub fn cron_expr(secs: u64) -> (String, Option<String>) {
+    let mins = secs.div_ceil(60).max(1);
+    let exact = secs.is_multiple_of(60) && secs >= 60;
+    if mins < 60 {
+        // Minute steps must divide 60 to be regular.
+        let step = [1u64, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30]
+            .into_iter()
+            .min_by_key(|s| s.abs_diff(mins))
+            .unwrap_or(1);
+        let expr = if step == 1 {
+            "* * * * *".to_string()
+        } else {
+            format!("*/{step} * * * *")
+        };
+        let note = (!exact || step != mins)
+            .then(|| format!("cron cannot fire every {secs} s; this fires every {step} min"));
+        return (expr, note);
+    }
+    let hours = mins.div_ceil(60);
+    if hours < 24 {
+        let step = [1u64, 2, 3, 4, 6, 8, 12]
+            .into_iter()
+            .min_by_key(|s| s.abs_diff(hours))
+            .unwrap_or(1);
+        let expr = if step == 1 {
+            "0 * * * *".to_string()
+        } else {
+            format!("0 */{step} * * *")
+        };
+        let note = (secs != step * 3600)
+            .then(|| format!("cron cannot fire every {secs} s; this fires every {step} h"));
+        return (expr, note);
+    }
+    let note =
+        (secs != 86400).then(|| format!("cron cannot fire every {secs} s; this fires once a day"));
+    ("0 0 * * *".to_string(), note)
+}
+
+/// POSIX sh single quoting, and `%` escaped (cron turns a bare `%` into a newline).
+pub(super) fn sh_quote(a: &str) -> String {
+    format!("'{}'", a.replace('\'', "'\\''")).replace('%', "\\%")
+}
+
+/// The crontab line: cron's `/bin/sh` runs `flock -n LOCK <exe> run …`; a tick still
+/// running makes the next one exit at once instead of piling up.
+pub fn cron_line(t: &Target) -> String {
+    let (expr, _) = cron_expr(t.interval);
+    let lock = t.loop_dir.join(".schedule.lock");
+    let argv: Vec<String> = t.argv().iter().map(|a| sh_quote(a)).collect();
+    let env = t
+        .path_env
+        .as_ref()
+        .map(|p| format!("PATH={} ", sh_quote(p)))
+        .unwrap_or_default();
+    match which("flock") {
+        Some(flock) => format!(
+            "{expr} {env}{} -n {} {} >/dev/null",
+            sh_quote(&flock.display().to_string()),
+            sh_quote(&lock.display().to_string()),
+            argv.join(" ")
+        ),
+        // No flock (macOS): loopflow's own lock still keeps ticks apart (SKIP reason=locked).
+        None => format!("{expr} {env}{} >/dev/null", argv.join(" ")),
+    }
+}
+
+pub fn cron(t: &Target) -> File {
+    let (_, note) = cron_expr(t.interval);
+    let mut text = format!(
+        "# loopflow: loop {} in {} every {} s\n",
+        t.loop_name,
+        t.project.display(),
+        t.interval
+    );
+    if let Some(n) = note {
+        text.push_str(&format!("# note: {n}\n"));
+    }
+    if which("flock").is_none() {
+        text.push_str("# note: flock is not installed; an overlapping tick logs SKIP reason=locked and exits\n");
+    }
+    text.push_str(&cron_line(t));
+    text.push('\n');
+    File {
+        name: format!("{}.crontab", t.label()),
+        text,
+    }
+}
+
+pub(super) const CRON_BEGIN: &str = "# loopflow:";
+
+pub(super) fn cron_markers(label: &str) -> (String, String) {
+    (
+        format!("{CRON_BEGIN}{label} begin (managed by `loopflow schedule`; edit with it)"),
+        format!("{CRON_BEGIN}{label} end"),
+    )
+}
+
+/// The current crontab; an absent crontab (`no crontab for user`) is empty.
+pub(super) fn crontab_read() -> Result<String, String> {
+    let out = duct::cmd!("crontab", "-l")
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
+        .map_err(|e| format!("`crontab -l`: {e} (is cron installed?)"))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("no crontab") {
+        Ok(String::new())
+    } else {
+        Err(format!("`crontab -l`: {}", err.trim()))
+    }
+}
+
+/// The crontab with this label's block removed.
+pub(super) fn cron_without(text: &str, label: &str) -> String {
+    let (b, e) = cron_markers(label);
+    let begin_prefix = b.split(" begin").next().unwrap_or(&b).to_string() + " begin";
+    let mut out = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        if line.starts_with(&begin_prefix) {
+            inside = true;
+            continue;
+        }
+        if inside {
+            if line == e {
+                inside = false;
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Replaces this label's block with `body` (or removes it) via `crontab -`.
+pub(super) fn crontab_set(label: &str, body: Option<&str>) -> Result<(), String> {
+    let current = crontab_read()?;
+    let mut next = cron_without(&current, label);
+    if let Some(body) = body {
+        let (b, e) = cron_markers(label);
+        next.push_str(&format!("{b}\n{body}\n{e}\n"));
+    }
+    if next == current {
+        return Ok(());
+    }
+    tool_input(&["crontab", "-"], Some(&next)).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cron_expressions() {
+        assert_eq!(cron_expr(60).0, "* * * * *");
+        assert_eq!(cron_expr(300), ("*/5 * * * *".into(), None));
+        assert_eq!(cron_expr(3600), ("0 * * * *".into(), None));
+        assert_eq!(cron_expr(7200), ("0 */2 * * *".into(), None));
+        assert_eq!(cron_expr(86400), ("0 0 * * *".into(), None));
+        assert!(cron_expr(10).1.is_some());
+        assert!(cron_expr(420).1.is_some());
+    }
+
+    #[test]
+    fn cron_block_roundtrip() {
+        let (b, e) = cron_markers("l");
+        let text = format!("MAILTO=x\n{b}\n* * * * * a\n{e}\n0 0 * * * other\n");
+        assert_eq!(cron_without(&text, "l"), "MAILTO=x\n0 0 * * * other\n");
+    }
+}

@@ -1,0 +1,203 @@
+//! Native schedulers (DESIGN §9, D1): renders the unit/plist/crontab/task/workflow/CronJob
+//! that fires `<exe> run --loop X --project DIR` every `[schedule] interval_seconds`,
+//! installs and uninstalls it idempotently, and keeps a record (`.schedule.json` in the
+//! loop dir) so a HALT can disable the schedule and `approve` can re-enable it.
+//!
+//! Choices a user may ask about:
+//! - systemd: a `Type=oneshot` service plus a timer with `OnActiveSec`/`OnUnitActiveSec`
+//!   (any interval in seconds; a oneshot service that is still running is never started
+//!   twice, so ticks cannot overlap).
+//! - launchd: `StartInterval`, because it expresses any `interval_seconds` exactly;
+//!   `StartCalendarInterval` only knows calendar fields. A tick missed while the Mac
+//!   sleeps is not made up; the next one fires on schedule (loopflow's lock still applies).
+//! - cron: the entry is wrapped in `flock -n` on `.schedule.lock` so ticks never overlap;
+//!   intervals cron cannot express are rounded to the nearest one it can, with a comment.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+mod cron;
+mod github;
+mod install;
+mod kubernetes;
+mod launchd;
+mod schtasks;
+mod systemd;
+
+pub use cron::{cron_expr, cron_line};
+pub use install::{
+    Record, disable_best_effort, enable_best_effort, install, read_record, record_path,
+    systemd_dir, uninstall,
+};
+
+/// Where a schedule can be generated for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Platform {
+    Auto,
+    Systemd,
+    Launchd,
+    Cron,
+    Schtasks,
+    GithubActions,
+    Kubernetes,
+}
+
+impl Platform {
+    pub fn name(self) -> &'static str {
+        match self {
+            Platform::Auto => "auto",
+            Platform::Systemd => "systemd",
+            Platform::Launchd => "launchd",
+            Platform::Cron => "cron",
+            Platform::Schtasks => "schtasks",
+            Platform::GithubActions => "github-actions",
+            Platform::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+/// What a generated schedule needs to know.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub exe: PathBuf,
+    pub project: PathBuf,
+    pub loop_name: String,
+    pub interval: u64,
+    pub loop_dir: PathBuf,
+    /// The PATH at install time, given to the tick: cron's and systemd's own PATH are
+    /// minimal, and the agent (`opencode`, `claude`, …) usually lives elsewhere.
+    pub path_env: Option<String>,
+}
+
+impl Target {
+    /// `<exe> run --loop X --project DIR`, one element per argument.
+    pub fn argv(&self) -> Vec<String> {
+        vec![
+            self.exe.display().to_string(),
+            "run".into(),
+            "--loop".into(),
+            self.loop_name.clone(),
+            "--project".into(),
+            self.project.display().to_string(),
+        ]
+    }
+
+    /// A machine-wide unique name: the loop name plus a short hash of the project path,
+    /// so two projects with a loop of the same name never share a unit or crontab block.
+    pub fn label(&self) -> String {
+        format!("loopflow-{}-{:08x}", self.loop_name, fnv32(&self.project))
+    }
+}
+
+pub(super) fn fnv32(p: &Path) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in p.as_os_str().as_encoded_bytes() {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// One generated file: its name and text.
+#[derive(Debug, Clone)]
+pub struct File {
+    pub name: String,
+    pub text: String,
+}
+
+/// Picks the scheduler native to this machine.
+pub fn auto() -> Platform {
+    if cfg!(target_os = "macos") {
+        Platform::Launchd
+    } else if cfg!(windows) {
+        Platform::Schtasks
+    } else if systemctl_user_works() {
+        Platform::Systemd
+    } else {
+        Platform::Cron
+    }
+}
+
+pub(super) fn systemctl_user_works() -> bool {
+    tool(&["systemctl", "--user", "show-environment"]).is_ok()
+}
+
+/// Runs a tool (argv, no shell) with optional stdin; `Ok(stdout)` on exit 0.
+pub(super) fn tool_input(argv: &[&str], input: Option<&str>) -> Result<String, String> {
+    let Some((prog, args)) = argv.split_first() else {
+        return Err("empty argv".into());
+    };
+    let mut cmd = duct::cmd(*prog, args)
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked();
+    cmd = match input {
+        Some(i) => cmd.stdin_bytes(i.as_bytes().to_vec()),
+        None => cmd.stdin_null(),
+    };
+    let out = cmd.run().map_err(|e| format!("`{prog}`: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        Err(format!(
+            "`{}` exited with {}: {err}",
+            argv.join(" "),
+            out.status
+                .code()
+                .map_or("a signal".into(), |c| c.to_string())
+        ))
+    }
+}
+
+pub(super) fn tool(argv: &[&str]) -> Result<String, String> {
+    tool_input(argv, None)
+}
+
+/// Finds a program on PATH (for an absolute `flock` in crontab lines, whose PATH is tiny).
+pub(super) fn which(prog: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(prog))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Every file of a platform, in print order.
+pub fn render(p: Platform, t: &Target) -> Vec<File> {
+    match p {
+        Platform::Systemd => systemd::systemd(t),
+        Platform::Launchd => vec![launchd::launchd(t)],
+        Platform::Cron | Platform::Auto => vec![cron::cron(t)],
+        Platform::Schtasks => vec![schtasks::schtasks(t)],
+        Platform::GithubActions => vec![github::github_actions(t)],
+        Platform::Kubernetes => vec![kubernetes::kubernetes(t)],
+    }
+}
+
+/// What `print` writes: the files in order, separated by a `#` comment line.
+pub fn print_text(p: Platform, t: &Target) -> String {
+    let files = render(p, t);
+    let mut out = String::new();
+    for (i, f) in files.iter().enumerate() {
+        if i > 0 {
+            out.push_str(&format!("\n# ---- {}\n", f.name));
+        }
+        out.push_str(&f.text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn quoting() {
+        assert_eq!(super::cron::sh_quote("a'b%c"), "'a'\\''b\\%c'");
+        assert_eq!(super::systemd::systemd_arg("/a b/$x%"), "\"/a b/$$x%%\"");
+        assert_eq!(super::systemd::systemd_arg("plain"), "plain");
+        assert_eq!(super::schtasks::win_arg("C:\\a b\\"), "\"C:\\a b\\\\\"");
+        assert_eq!(super::kubernetes::k8s_name("x_1"), "loopflow-x-1");
+    }
+}

@@ -1,0 +1,73 @@
+//! systemd: a `Type=oneshot` service plus a timer with `OnActiveSec`/`OnUnitActiveSec`
+//! (any interval in seconds; a oneshot service still running is never started twice).
+
+use super::{File, Target};
+
+/// systemd quoting for `ExecStart=`: `%` and `$` are specifiers/variables there.
+pub(super) fn systemd_arg(a: &str) -> String {
+    let a = a.replace('%', "%%").replace('$', "$$");
+    if !a.is_empty()
+        && !a
+            .chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '\'' || c == '\\' || c == ';')
+    {
+        a
+    } else {
+        format!("\"{}\"", a.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+pub fn systemd(t: &Target) -> Vec<File> {
+    let label = t.label();
+    let exec: Vec<String> = t.argv().iter().map(|a| systemd_arg(a)).collect();
+    let service = format!(
+        "[Unit]\n\
+         Description=loopflow: one tick of loop {name} in {project}\n\
+         \n\
+         [Service]\n\
+         # oneshot: a tick still running is never started twice.\n\
+         Type=oneshot\n\
+         WorkingDirectory={wd}\n\
+         {env}ExecStart={exec}\n\
+         Nice=10\n",
+        env = t
+            .path_env
+            .as_ref()
+            .map(|p| format!(
+                "Environment=\"PATH={}\"\n",
+                p.replace('\\', "\\\\")
+                    .replace('"', "\\\"")
+                    .replace('%', "%%")
+            ))
+            .unwrap_or_default(),
+        name = t.loop_name,
+        project = t.project.display().to_string().replace('%', "%%"),
+        wd = t.project.display().to_string().replace('%', "%%"),
+        exec = exec.join(" "),
+    );
+    let timer = format!(
+        "[Unit]\n\
+         Description=loopflow: tick loop {name} every {i} s\n\
+         \n\
+         [Timer]\n\
+         OnActiveSec={i}s\n\
+         OnUnitActiveSec={i}s\n\
+         AccuracySec=1s\n\
+         Unit={label}.service\n\
+         \n\
+         [Install]\n\
+         WantedBy=timers.target\n",
+        name = t.loop_name,
+        i = t.interval,
+    );
+    vec![
+        File {
+            name: format!("{label}.service"),
+            text: service,
+        },
+        File {
+            name: format!("{label}.timer"),
+            text: timer,
+        },
+    ]
+}
