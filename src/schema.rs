@@ -21,13 +21,52 @@ pub fn generate(name: &str) -> Option<String> {
     let schema = match name {
         "state" => generator.into_root_schema_for::<crate::state::State>(),
         "verdict" => generator.into_root_schema_for::<crate::verdict::Verdict>(),
-        "pipeline" => generator.into_root_schema_for::<files::PipelineFile>(),
+        "pipeline" => {
+            let mut v =
+                serde_json::to_value(generator.into_root_schema_for::<files::PipelineFile>())
+                    .ok()?;
+            add_node_kinds(&mut v);
+            let mut s = serde_json::to_string_pretty(&v).ok()?;
+            s.push('\n');
+            return Some(s);
+        }
         "loop" => generator.into_root_schema_for::<files::LoopFile>(),
         _ => return None,
     };
     let mut s = serde_json::to_string_pretty(&schema).ok()?;
     s.push('\n');
     Some(s)
+}
+
+/// The node kinds and their own keys come from the registry ([`crate::node::REGISTRY`]),
+/// so a new kind needs no second, hand-kept list here.
+fn add_node_kinds(schema: &mut serde_json::Value) {
+    use serde_json::{Value, json};
+    let defs = &mut schema["definitions"];
+    defs["Kind"] = json!({
+        "type": "string",
+        "enum": crate::node::kind_names(),
+    });
+    let Some(props) = defs["NodeFile"]["properties"].as_object_mut() else {
+        return;
+    };
+    props.insert("kind".into(), json!({ "$ref": "#/definitions/Kind" }));
+    for kind in crate::node::REGISTRY {
+        for key in kind.keys() {
+            let ty: Value = match key.ty {
+                crate::node::KeyType::String => json!({
+                    "description": key.about,
+                    "type": ["string", "null"],
+                }),
+                crate::node::KeyType::StringList => json!({
+                    "description": key.about,
+                    "type": ["array", "null"],
+                    "items": { "type": "string" },
+                }),
+            };
+            props.insert(key.name.into(), ty);
+        }
+    }
 }
 
 /// Descriptions of the TOML file formats for schema generation. The checker in
@@ -51,18 +90,6 @@ pub mod files {
     }
 
     #[derive(Deserialize, JsonSchema)]
-    #[serde(rename_all = "kebab-case")]
-    pub enum Kind {
-        Gate,
-        FloorCheck,
-        Harness,
-        Command,
-        Verdict,
-        Commit,
-        GitCommit,
-    }
-
-    #[derive(Deserialize, JsonSchema)]
     #[serde(rename_all = "lowercase")]
     pub enum OnFailure {
         Abort,
@@ -70,12 +97,13 @@ pub mod files {
         Continue,
     }
 
+    // `kind` and the kinds' own keys are added from the node registry.
     /// One node. Which keys apply depends on `kind`.
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     pub struct NodeFile {
-        pub kind: Kind,
+        pub kind: String,
         pub description: Option<String>,
         /// Nodes that must finish before this one starts.
         pub needs: Option<Vec<String>>,
@@ -86,14 +114,6 @@ pub mod files {
         pub on_failure: Option<OnFailure>,
         /// A template; the node runs only when it renders to something other than empty, `false` or `0`.
         pub when: Option<String>,
-        /// harness: the role whose `[roles.<role>]` in loop.toml gives prompt and command.
-        pub role: Option<String>,
-        /// command: the argv; each element is a template.
-        pub argv: Option<Vec<String>>,
-        /// verdict: the node whose stdout holds the verdict.
-        pub from: Option<String>,
-        /// git-commit: the commit message template.
-        pub message: Option<String>,
     }
 
     /// A loop's configuration (`.loopflow/loops/<name>/loop.toml`).
