@@ -259,7 +259,7 @@ pub fn commit(
         }
     }
     if let Some((reason, detail)) = &halted {
-        let _ = log_halt(paths, reason, detail.as_deref());
+        let _ = announce(paths, reason, detail.as_deref());
     }
     Ok(Committed {
         state,
