@@ -17,6 +17,32 @@ pub const ALWAYS_DENIED: &[&str] = &[
     "**/.git/**",
 ];
 
+/// Why a radius could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RadiusError {
+    #[error("{}: {source}", root.display())]
+    Root {
+        root: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Glob(#[from] globset::Error),
+}
+
+/// Why a path is outside the radius (the message completes "refused: PATH: …").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("outside the loop's root {} (resolves to {})", root.display(), resolved.display())]
+    Outside { root: PathBuf, resolved: PathBuf },
+    #[error("is the loop's root itself")]
+    Root,
+    #[error("`{0}` matches a deny glob")]
+    Denied(String),
+    #[error("`{0}` matches no allow glob")]
+    NotAllowed(String),
+}
+
 pub struct Radius {
     root: PathBuf,
     allow: GlobSet,
@@ -89,32 +115,36 @@ fn resolve_in(abs: &Path, hops: usize) -> PathBuf {
 impl Radius {
     /// The radius rooted at `root` (resolved), from a loop's `allow` and `deny` globs;
     /// each glob set is compiled once, so checking a path costs one match per set.
-    pub fn new(root: &Path, allow_globs: &[Str], deny_globs: &[Str]) -> Result<Radius, String> {
-        let root = root
-            .canonicalize()
-            .map_err(|e| format!("{}: {e}", root.display()))?;
+    pub fn new(
+        root: &Path,
+        allow_globs: &[Str],
+        deny_globs: &[Str],
+    ) -> Result<Radius, RadiusError> {
+        let root = root.canonicalize().map_err(|source| RadiusError::Root {
+            root: root.to_path_buf(),
+            source,
+        })?;
         let mut allow = GlobSetBuilder::new();
         for g in allow_globs {
-            allow.add(glob(&g.value).map_err(|e| e.to_string())?);
+            allow.add(glob(&g.value)?);
         }
         let mut deny = GlobSetBuilder::new();
         for g in deny_globs {
-            deny.add(glob(&g.value).map_err(|e| e.to_string())?);
+            deny.add(glob(&g.value)?);
         }
         // Case-insensitive: on macOS and Windows `.GIT/config` *is* `.git/config`.
         for g in ALWAYS_DENIED {
             let always = GlobBuilder::new(g)
                 .literal_separator(true)
                 .case_insensitive(true)
-                .build()
-                .map_err(|e| e.to_string())?;
+                .build()?;
             deny.add(always);
         }
         Ok(Radius {
             root,
             allow_all: allow_globs.is_empty(),
-            allow: allow.build().map_err(|e| e.to_string())?,
-            deny: deny.build().map_err(|e| e.to_string())?,
+            allow: allow.build()?,
+            deny: deny.build()?,
         })
     }
 
@@ -123,27 +153,24 @@ impl Radius {
     }
 
     /// `Ok(relative path)` when `path` may be edited; otherwise why not.
-    pub fn check(&self, path: &Path) -> Result<PathBuf, String> {
+    pub fn check(&self, path: &Path) -> Result<PathBuf, Refusal> {
         let resolved = resolve(path);
-        let rel = resolved
-            .strip_prefix(&self.root)
-            .map_err(|_| {
-                format!(
-                    "outside the loop's root {} (resolves to {})",
-                    self.root.display(),
-                    resolved.display()
-                )
-            })?
-            .to_path_buf();
+        let Ok(rel) = resolved.strip_prefix(&self.root) else {
+            return Err(Refusal::Outside {
+                root: self.root.clone(),
+                resolved,
+            });
+        };
+        let rel = rel.to_path_buf();
         if rel.as_os_str().is_empty() {
-            return Err("is the loop's root itself".into());
+            return Err(Refusal::Root);
         }
         let rel_s = rel.to_string_lossy().replace('\\', "/");
         if self.deny.is_match(&rel_s) {
-            return Err(format!("`{rel_s}` matches a deny glob"));
+            return Err(Refusal::Denied(rel_s));
         }
         if !self.allow_all && !self.allow.is_match(&rel_s) {
-            return Err(format!("`{rel_s}` matches no allow glob"));
+            return Err(Refusal::NotAllowed(rel_s));
         }
         Ok(rel)
     }

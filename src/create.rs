@@ -238,11 +238,11 @@ fn retarget_schema(text: &str, target: &str) -> String {
 
 fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateError> {
     use crate::git::git;
-    let fail = |m: String| {
+    fn fail(m: impl std::fmt::Display) -> CreateError {
         CreateError::Io(format!(
             "{m}\n  a loop works in its own git worktree by default; run inside a git repository with at least one commit, or pass --no-worktree"
         ))
-    };
+    }
     let top = git(project, &["rev-parse", "--show-toplevel"]).map_err(fail)?;
     if !top.status.success() {
         return Err(fail(format!(
@@ -252,7 +252,7 @@ fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateE
     }
     let head = git(project, &["rev-parse", "--verify", "HEAD"]).map_err(fail)?;
     if !head.status.success() {
-        return Err(fail("the repository has no commit yet".into()));
+        return Err(fail("the repository has no commit yet"));
     }
     let branch = format!("loopflow/{}", paths.name);
     let exists = git(

@@ -4,8 +4,28 @@
 
 use std::path::Path;
 
+/// A git command that could not run, or said no.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("git: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// `git <what>` exited non-zero; `stderr` is what it said.
+    #[error("git {what}: {stderr}")]
+    Failed { what: String, stderr: String },
+    #[error("unexpected `git {what}` output: {output:?}")]
+    Unexpected { what: String, output: String },
+}
+
+/// Lets command-line code that reports errors as text use `?` on git calls.
+impl From<GitError> for String {
+    fn from(e: GitError) -> String {
+        e.to_string()
+    }
+}
+
 /// Runs git with hooks and fsmonitor disabled, so a planted config cannot execute code.
-pub fn git(cwd: &Path, args: &[&str]) -> Result<std::process::Output, String> {
+/// A non-zero exit is not an error here: see [`ok`].
+pub fn git(cwd: &Path, args: &[&str]) -> Result<std::process::Output, GitError> {
     let mut full = vec![
         "-c",
         "core.hooksPath=/dev/null",
@@ -20,22 +40,23 @@ pub fn git(cwd: &Path, args: &[&str]) -> Result<std::process::Output, String> {
         .stderr_capture()
         .unchecked()
         .run()
-        .map_err(|e| format!("git: {e}"))
+        .map_err(GitError::Spawn)
 }
 
-pub fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, String> {
+/// The stdout of a finished git command, or its stderr as the error.
+pub fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, GitError> {
     if out.status.success() {
         Ok(out.stdout)
     } else {
-        Err(format!(
-            "git {what}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(GitError::Failed {
+            what: what.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 
 /// Every path a commit would touch (both sides of renames), from `git status -z`.
-pub fn changed_paths(cwd: &Path) -> Result<Vec<String>, String> {
+pub fn changed_paths(cwd: &Path) -> Result<Vec<String>, GitError> {
     let raw = ok(
         git(
             cwd,

@@ -103,11 +103,11 @@ impl NodeSpec for GitCommitNode {
         }
         let radius = match Radius::new(cwd, &ctx.config().allow, &ctx.config().deny) {
             Ok(r) => r,
-            Err(e) => return NodeRun::fail(Failure::BlastRadius(e)),
+            Err(e) => return NodeRun::fail(Failure::BlastRadius(e.to_string())),
         };
         let paths = match changed_paths(cwd) {
             Ok(p) => p,
-            Err(e) => return NodeRun::fail(Failure::Git(e)),
+            Err(e) => return NodeRun::fail(Failure::Git(e.to_string())),
         };
         let mut refused = Vec::new();
         for p in &paths {
@@ -146,7 +146,7 @@ impl NodeSpec for GitCommitNode {
         };
         let add = git(cwd, &["add", "-A", "--", "."]).and_then(|o| ok(o, "add"));
         if let Err(e) = add {
-            return NodeRun::fail(Failure::Git(e));
+            return NodeRun::fail(Failure::Git(e.to_string()));
         }
         match git(
             cwd,
@@ -169,7 +169,7 @@ impl NodeSpec for GitCommitNode {
                 output: Some(message),
                 ..Default::default()
             }),
-            Err(e) => NodeRun::fail(Failure::Git(e)),
+            Err(e) => NodeRun::fail(Failure::Git(e.to_string())),
         }
     }
 
