@@ -242,31 +242,3 @@ fn delete_branch(
     }
     Ok(())
 }
-
-/// Parses `14d`, `12h`, `30m`, `90s` or plain seconds.
-pub fn parse_age(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'd')) => (&s[..i], 86400),
-        Some((i, 'h')) => (&s[..i], 3600),
-        Some((i, 'm')) => (&s[..i], 60),
-        Some((i, 's')) => (&s[..i], 1),
-        _ => (s, 1),
-    };
-    num.parse::<u64>()
-        .map(|n| Duration::from_secs(n * mult))
-        .map_err(|_| format!("invalid age `{s}`: use e.g. 14d, 12h, 30m or 90s"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ages() {
-        assert_eq!(parse_age("14d").unwrap(), Duration::from_secs(14 * 86400));
-        assert_eq!(parse_age("0s").unwrap(), Duration::ZERO);
-        assert_eq!(parse_age("90").unwrap(), Duration::from_secs(90));
-        assert!(parse_age("x").is_err());
-    }
-}

@@ -206,10 +206,13 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
 pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
     match a.action {
         WorktreeAction::Gc(g) => {
-            let max_age = match crate::worktree::parse_age(&g.max_age) {
+            let max_age = match crate::duration::parse_age(&g.max_age) {
                 Ok(d) => d,
                 Err(e) => {
-                    eprintln!("error: --max-age: {e}");
+                    eprintln!(
+                        "error: --max-age: invalid age `{}` ({e}): use e.g. 14d, 12h, 30m or 90s",
+                        g.max_age
+                    );
                     return exit::USAGE;
                 }
             };
