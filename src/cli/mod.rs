@@ -94,19 +94,20 @@ pub enum Command {
     FakeAgent(demo::FakeAgentArgs),
 }
 
-/// Colour for human output, decided once: NO_COLOR, CLICOLOR, CLICOLOR_FORCE, TTY.
+/// Colour for human output, decided once, the way cargo and ripgrep decide it (through
+/// `anstyle-query`): `NO_COLOR` off, `CLICOLOR_FORCE` on, `CLICOLOR=0` off, else only on a
+/// terminal whose `TERM` supports colour (not `dumb`).
 pub fn use_color(stream_is_tty: bool) -> bool {
-    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    if var("NO_COLOR").is_some() {
+    if anstyle_query::no_color() {
         return false;
     }
-    if var("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
+    if anstyle_query::clicolor_force() {
         return true;
     }
-    if var("CLICOLOR").is_some_and(|v| v == "0") {
+    if anstyle_query::clicolor() == Some(false) {
         return false;
     }
-    stream_is_tty
+    stream_is_tty && anstyle_query::term_supports_color()
 }
 
 pub fn main() -> i32 {
