@@ -28,30 +28,21 @@ struct Entry {
     stdout: String,
 }
 
-/// FNV-1a, 128 bits: stable across runs and builds (unlike std's hasher), no dependency.
-/// A cache key needs no cryptographic strength: a collision costs one skipped re-grade,
-/// and 128 bits makes even that practically impossible.
-#[derive(Clone, Copy)]
-struct Fnv(u128);
+/// The cache key's hasher: BLAKE3 over length-prefixed fields, so ("ab","c") and
+/// ("a","bc") differ. A collision would replay another artifact's (maybe passing) verdict,
+/// so the key is a cryptographic hash, not a fast non-cryptographic one.
+struct Key(blake3::Hasher);
 
-impl Fnv {
-    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013B;
+impl Key {
     fn new() -> Self {
-        Fnv(0x6c62_272e_07bb_0142_62b8_2175_6295_c58d)
+        Key(blake3::Hasher::new())
     }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u128::from(*b);
-            self.0 = self.0.wrapping_mul(Self::PRIME);
-        }
-    }
-    /// Length-prefixed, so ("ab","c") and ("a","bc") differ.
     fn field(&mut self, bytes: &[u8]) {
-        self.write(&(bytes.len() as u64).to_le_bytes());
-        self.write(bytes);
+        self.0.update(&(bytes.len() as u64).to_le_bytes());
+        self.0.update(bytes);
     }
     fn hex(self) -> String {
-        format!("{:032x}", self.0)
+        self.0.finalize().to_hex().to_string()
     }
 }
 
@@ -62,7 +53,7 @@ fn cache_path(ctx: &NodeCtx<'_>, role: &str) -> std::path::PathBuf {
 /// The cache key: task, artifact, and the role's prompt template (a changed verifier
 /// prompt must re-grade).
 pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, String> {
-    let mut h = Fnv::new();
+    let mut h = Key::new();
     h.field(ctx.scope().task().map_or("", |t| t.id.as_str()).as_bytes());
     let artifact = vars
         .get("artifact")
@@ -88,7 +79,7 @@ pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, String
 /// Hashes every file of the working tree that git would see (tracked and untracked, not
 /// ignored), or every file when `dir` is not in a git repository; `.loopflow/` and `.git/`
 /// are always left out.
-fn tree_hash(dir: &Path, h: &mut Fnv) -> Result<(), String> {
+fn tree_hash(dir: &Path, h: &mut Key) -> Result<(), String> {
     let listed = git(dir, &["ls-files", "-co", "--exclude-standard", "-z"])
         .ok()
         .filter(|o| o.status.success());
