@@ -162,24 +162,29 @@ pub struct Usage {
     pub tokens: Option<u64>,
 }
 
-/// Every value a pointer reaches; a `*` segment fans out over all keys or elements.
+/// Every value a pointer reaches. Plain RFC 6901 pointers go to
+/// `serde_json::Value::pointer` (escapes included); a `*` segment fans out over every key
+/// or element, and each branch continues with the rest of the pointer.
 fn resolve<'a>(v: &'a Value, pointer: &str) -> Vec<&'a Value> {
-    let mut here = vec![v];
-    for raw in pointer.split('/').skip(1) {
-        let seg = raw.replace("~1", "/").replace("~0", "~");
-        let mut next = Vec::new();
-        for v in here {
-            match (v, seg.as_str()) {
-                (Value::Object(m), "*") => next.extend(m.values()),
-                (Value::Array(a), "*") => next.extend(a.iter()),
-                (Value::Object(m), k) => next.extend(m.get(k)),
-                (Value::Array(a), k) => next.extend(k.parse::<usize>().ok().and_then(|i| a.get(i))),
-                _ => {}
-            }
-        }
-        here = next;
+    let Some((head, rest)) = pointer.split_once("/*") else {
+        return v.pointer(pointer).into_iter().collect();
+    };
+    // `/*` must be a whole segment: `/a*b` is the key "a*b".
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return v.pointer(pointer).into_iter().collect();
     }
-    here
+    let Some(base) = v.pointer(head) else {
+        return Vec::new();
+    };
+    let children: Vec<&Value> = match base {
+        Value::Object(m) => m.values().collect(),
+        Value::Array(a) => a.iter().collect(),
+        _ => Vec::new(),
+    };
+    children
+        .into_iter()
+        .flat_map(|c| resolve(c, rest))
+        .collect()
 }
 
 /// The documents of an agent's stdout: the whole text, or each line that is JSON.
@@ -293,6 +298,25 @@ mod tests {
             (u.text.as_deref(), u.tokens, u.cost_usd),
             (Some("ok"), Some(345), None)
         );
+    }
+
+    #[test]
+    fn pointers_follow_rfc_6901_and_fan_out_on_star() {
+        let v: Value = serde_json::json!({
+            "a/b": {"~k": 1},
+            "m": {"x": {"n": 2}, "y": {"n": 3}},
+            "l": [{"n": 4}, {"n": 5}],
+            "s*t": 6
+        });
+        let nums =
+            |p: &str| -> Vec<i64> { resolve(&v, p).iter().filter_map(|x| x.as_i64()).collect() };
+        assert_eq!(nums("/a~1b/~0k"), [1]);
+        assert_eq!(nums("/m/*/n"), [2, 3]);
+        assert_eq!(nums("/l/*/n"), [4, 5]);
+        assert_eq!(nums("/l/1/n"), [5]);
+        assert_eq!(nums("/s*t"), [6]);
+        assert_eq!(nums("/*/n"), Vec::<i64>::new());
+        assert!(nums("/missing/*").is_empty());
     }
 
     #[test]
