@@ -177,29 +177,23 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
             task,
         ]);
     }
-    let widths: Vec<usize> = (0..head.len())
-        .map(|c| {
-            table
-                .iter()
-                .map(|r| r[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
+    // comfy-table aligns by display width (CJK, emoji), not by `char` count.
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::NOTHING)
+        .set_content_arrangement(comfy_table::ContentArrangement::Disabled);
+    let mut rows = table.into_iter();
+    if let Some(h) = rows.next() {
+        t.set_header(h);
+    }
+    for r in rows {
+        t.add_row(r);
+    }
+    for c in t.column_iter_mut() {
+        c.set_padding((0, 2));
+    }
     let mut out = String::new();
-    for row in table {
-        let line: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| {
-                if i + 1 == row.len() {
-                    cell.clone()
-                } else {
-                    format!("{cell:<w$}", w = widths[i])
-                }
-            })
-            .collect();
-        out.push_str(line.join("  ").trim_end());
+    for line in t.lines() {
+        out.push_str(line.trim_end());
         out.push('\n');
     }
     out
