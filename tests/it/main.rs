@@ -1,0 +1,14 @@
+//! The integration tests: one binary (linked once) whose modules drive the real
+//! `loopflow` executable through [`support`].
+
+mod check;
+mod daemon;
+mod exec;
+mod isolation;
+mod programs;
+mod report;
+mod robustness;
+mod schedule;
+mod security;
+mod support;
+mod tick;
