@@ -6,10 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use loopflow::diag::Code;
 use serde_json::Value;
 
 use crate::support;
+use crate::support::api::{self, ALWAYS, COMMON_KEYS, Code, NODE_FIELDS, REGISTRY, kind_names};
 
 /// The repository root: every command runs from here so paths in the output are the
 /// stable, relative `tests/fixtures/check/...`.
@@ -449,8 +449,7 @@ fn shipped_toml_files_validate_against_their_schemas() {
 
 #[test]
 fn schemas_reject_what_check_rejects() {
-    let schema: Value =
-        serde_json::from_str(loopflow::schema::get("pipeline").expect("schema")).expect("JSON");
+    let schema: Value = api::schema("pipeline");
     let v = jsonschema::validator_for(&schema).expect("compile");
     let bad: toml::Table = toml::from_str(
         "[nodes.a]\nkind = \"harnes\"\n[nodes.b]\nkind = \"commit\"\nneed = [\"a\"]\n",
@@ -700,23 +699,22 @@ fn without_paths_check_reads_the_projects_loops() {
 /// The pipeline schema offers exactly the node kinds and keys the checker accepts.
 #[test]
 fn pipeline_schema_agrees_with_the_checker() {
-    let schema: Value =
-        serde_json::from_str(loopflow::schema::get("pipeline").expect("schema")).expect("JSON");
+    let schema: Value = api::schema("pipeline");
     let mut kinds: Vec<&str> = schema["definitions"]["Kind"]["enum"]
         .as_array()
         .expect("Kind enum")
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    let mut registered = loopflow::node::kind_names();
+    let mut registered = kind_names();
     kinds.sort_unstable();
     registered.sort_unstable();
     assert_eq!(kinds, registered);
     let props = schema["definitions"]["NodeFile"]["properties"]
         .as_object()
         .expect("NodeFile properties");
-    let mut keys: Vec<&str> = loopflow::node::COMMON_KEYS.to_vec();
-    for k in loopflow::node::REGISTRY {
+    let mut keys: Vec<&str> = COMMON_KEYS.to_vec();
+    for k in REGISTRY {
         keys.extend(k.keys());
     }
     for key in keys {
@@ -732,9 +730,7 @@ fn pipeline_schema_agrees_with_the_checker() {
         p.write("p.toml", &text);
         let out = p.lf(&["check", "p.toml", "--format", "json"]);
         let unknown = out.stdout.contains("\"code\": \"unknown-key\"");
-        let kind_specific = loopflow::node::REGISTRY
-            .iter()
-            .any(|k| k.keys().contains(&key.as_str()));
+        let kind_specific = REGISTRY.iter().any(|k| k.keys().contains(&key.as_str()));
         assert!(
             !unknown || kind_specific,
             "`{key}` is in the schema but check rejects it"
@@ -779,8 +775,7 @@ fn sample(schema: &Value, prop: &Value) -> String {
 /// them, at every level, gets no `unknown-key`.
 #[test]
 fn loop_schema_keys_are_accepted_by_the_checker() {
-    let schema: Value =
-        serde_json::from_str(loopflow::schema::get("loop").expect("schema")).expect("JSON");
+    let schema: Value = api::schema("loop");
     let defs = &schema["definitions"];
     let mut text = String::new();
     let table = |name: &str, def: &str, text: &mut String| {
@@ -922,7 +917,6 @@ fn without_a_preset_the_verdicts_spend_counts() {
 /// always-set variable and every `nodes.<id>` field, in a real run.
 #[test]
 fn variables_check_accepts_are_set_at_run_time() {
-    use loopflow::pipeline::{ALWAYS, NODE_FIELDS};
     let p = support::Project::new();
     assert_eq!(p.create("vars", Some("the task")).code, 0);
     let mut argv: Vec<String> = vec!["printf".into(), "%s|".into()];
