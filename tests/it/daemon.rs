@@ -2,52 +2,28 @@
 //! others, config edits are re-read, kill -9 mid-tick loses and doubles nothing, two
 //! daemons never tick one loop at once, `--max-concurrent`.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Child, Stdio};
 
-use crate::support::{Project, bin};
-
-/// Generous: the machine may be loaded. Never a timing assertion, only a give-up point.
-const PATIENCE: Duration = Duration::from_secs(120);
-
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use crate::support::{LoopToml, Project, wait_or_kill, wait_until};
 
 fn spawn_daemon(p: &Project, args: &[&str]) -> Child {
-    Command::new(bin())
-        .arg("--project")
-        .arg(p.path())
-        .arg("daemon")
+    p.lf_cmd(&["daemon"])
         .args(args)
-        .current_dir(p.path())
-        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn daemon")
 }
 
+/// Waits for the daemon to exit, which it must do successfully; returns its stderr.
 fn finish(mut c: Child) -> String {
-    let start = Instant::now();
-    loop {
-        if let Some(st) = c.try_wait().unwrap() {
-            let mut err = String::new();
-            use std::io::Read;
-            c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-            assert!(st.success(), "daemon exited with {st}: {err}");
-            return err;
-        }
-        if start.elapsed() > PATIENCE {
-            let _ = c.kill();
-            panic!("daemon did not finish");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let st = wait_or_kill(&mut c, "daemon");
+    let mut err = String::new();
+    use std::io::Read;
+    c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(st.success(), "daemon exited with {st}: {err}");
+    err
 }
 
 /// The `iter=` values of the loop's TICK lines, in order.
@@ -72,6 +48,14 @@ fn assert_consistent(p: &Project, name: &str) -> u64 {
     n
 }
 
+/// The loop.toml of [`daemon_loop`]: roles run `agent`, ticking every `interval` s.
+fn daemon_toml(agent: &Path, interval: u64) -> LoopToml {
+    LoopToml::new()
+        .harness_agent(agent)
+        .brakes("score_plateau_window = 100\nmax_iterations = 100")
+        .table("schedule", &format!("interval_seconds = {interval}"))
+}
+
 /// A loop whose agent runs `implement` (a shell snippet) and passes with a constant
 /// score (the plateau window is large so it never halts on it), ticking every `interval` s.
 fn daemon_loop(p: &Project, name: &str, implement: &str, interval: u64) {
@@ -84,18 +68,7 @@ fn daemon_loop(p: &Project, name: &str, implement: &str, interval: u64) {
 esac"#
         ),
     );
-    p.agent_loop(
-        name,
-        &agent,
-        "score_plateau_window = 100\nmax_iterations = 100",
-    );
-    let cfg = p
-        .read(&format!(".loopflow/loops/{name}/loop.toml"))
-        .replace("max_iterations = 10\n", "");
-    p.loop_toml(
-        name,
-        &format!("{cfg}\n[schedule]\ninterval_seconds = {interval}\n"),
-    );
+    p.with_loop(name, &daemon_toml(&agent, interval));
 }
 
 #[test]
@@ -143,7 +116,7 @@ fn config_edits_are_read_on_the_next_tick() {
     let p = Project::new();
     daemon_loop(&p, "l", "echo one >> impl.log", 1);
     let d = spawn_daemon(&p, &["--loop", "l", "--max-iterations", "100"]);
-    wait_for("a first tick", || !tick_iters(&p, "l").is_empty());
+    wait_until("a first tick", || !tick_iters(&p, "l").is_empty());
     // A new agent (and interval) in loop.toml: picked up without restarting the daemon.
     let agent2 = p.script(
         "agent2.sh",
@@ -152,23 +125,8 @@ fn config_edits_are_read_on_the_next_tick() {
   verify) echo '{"pass": false, "score": 0.5}' ;;
 esac"#,
     );
-    let cfg = p.read(".loopflow/loops/l/loop.toml");
-    let cfg = cfg
-        .lines()
-        .map(|l| {
-            if l.starts_with("command = ") {
-                format!(
-                    "command = [\"{}\", \"{{{{role}}}}\", \"{{{{prompt}}}}\"]",
-                    agent2.display()
-                )
-            } else {
-                l.to_string()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    p.loop_toml("l", &cfg);
-    wait_for("the edited agent to run", || {
+    p.loop_toml("l", &daemon_toml(&agent2, 1).render());
+    wait_until("the edited agent to run", || {
         p.read("impl.log").contains("two")
     });
     unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
@@ -191,7 +149,7 @@ fn kill_9_mid_tick_then_restart_loses_and_doubles_nothing() {
         1,
     );
     let mut d = spawn_daemon(&p, &["--loop", "k", "--max-iterations", "100"]);
-    wait_for("tick 2 to be mid-way", || p.join("in-tick-2").exists());
+    wait_until("tick 2 to be mid-way", || p.join("in-tick-2").exists());
     d.kill().unwrap(); // SIGKILL
     d.wait().unwrap();
     assert_eq!(
@@ -203,12 +161,12 @@ fn kill_9_mid_tick_then_restart_loses_and_doubles_nothing() {
     // A new daemon finds tick 2 still holding the loop (its `run` outlived the daemon)
     // and skips instead of starting a second tick beside it.
     let d2 = spawn_daemon(&p, &["--loop", "k", "--max-iterations", "3"]);
-    wait_for("the new daemon to find the loop locked", || {
+    wait_until("the new daemon to find the loop locked", || {
         p.events("k").iter().any(|e| e == "SKIP reason=locked")
     });
     p.write("release", "");
     finish(d2);
-    wait_for("tick 2 to commit", || tick_iters(&p, "k").contains(&2));
+    wait_until("tick 2 to commit", || tick_iters(&p, "k").contains(&2));
     // Tick 2 completed exactly once; every attempt of the new daemon either ticked or
     // skipped on the lock: nothing lost, nothing doubled.
     let n = assert_consistent(&p, "k");
@@ -231,7 +189,7 @@ fn sigterm_interrupts_the_running_tick_and_stops_the_daemon() {
         1,
     );
     let d = spawn_daemon(&p, &["--loop", "s", "--max-iterations", "100"]);
-    wait_for("the tick to start", || p.join("in-tick").exists());
+    wait_until("the tick to start", || p.join("in-tick").exists());
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
     finish(d);
@@ -263,9 +221,9 @@ rmdir "{dir}/inflight""#
         1,
     );
     let a = spawn_daemon(&p, &["--loop", "t", "--max-iterations", "3"]);
-    wait_for("daemon A's tick to start", || p.join("started").exists());
+    wait_until("daemon A's tick to start", || p.join("started").exists());
     let b = spawn_daemon(&p, &["--loop", "t", "--max-iterations", "3"]);
-    wait_for("daemon B to find the loop locked", || {
+    wait_until("daemon B to find the loop locked", || {
         p.events("t").iter().any(|e| e == "SKIP reason=locked")
     });
     p.write("release", "");
@@ -328,11 +286,11 @@ fn daemon_all_picks_up_a_loop_created_while_it_runs() {
     let p = Project::new();
     daemon_loop(&p, "first", "true", 1);
     let d = spawn_daemon(&p, &["--all", "--max-iterations", "200"]);
-    wait_for("the first loop to tick", || {
+    wait_until("the first loop to tick", || {
         !tick_iters(&p, "first").is_empty()
     });
     daemon_loop(&p, "second", "true", 1);
-    wait_for("the new loop to tick", || {
+    wait_until("the new loop to tick", || {
         !tick_iters(&p, "second").is_empty()
     });
     // SAFETY: a signal to our own child.
