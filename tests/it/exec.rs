@@ -6,31 +6,24 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use crate::support::{
-    Project, live_group_members, loop_toml_text, standard_agent, wait_for_file, wait_group_gone,
+    LoopToml, PipelineToml, Project, live_group_members, standard_agent, wait_for_file,
+    wait_group_gone,
 };
 use serde_json::Value;
 
-/// Log events without timestamps and without `create`'s `CREATE` line.
-fn events(p: &Project, name: &str) -> Vec<String> {
-    p.events(name)
-        .into_iter()
-        .filter(|e| !e.starts_with("CREATE "))
-        .collect()
-}
-
-/// A loop `l` (roles run the standard agent) whose pipeline is `nodes` (TOML node
-/// tables), written to `pipelines/p.toml` and named by `loop.toml`'s `pipeline` key.
-fn pipeline_loop(p: &Project, brakes_extra: &str, nodes: &str) {
+/// A loop `l` (roles run the standard agent, `brakes` set on top of the usual ones) whose
+/// pipeline is `pipeline`, written to `pipelines/p.toml` and named by `loop.toml`'s
+/// `pipeline` key.
+fn pipeline_loop(p: &Project, brakes: &str, pipeline: &PipelineToml) {
     let agent = standard_agent(p, &[r#"{"pass": false, "score": 0.5}"#]);
-    let pipe = p.write("pipelines/p.toml", &format!("name = \"p\"\n\n{nodes}"));
-    p.agent_loop_with(
+    let pipe = p.write("pipelines/p.toml", &pipeline.render());
+    p.with_loop(
         "l",
-        &agent,
-        &format!("max_iterations = 10\ncontext_tokens = 32000\n{brakes_extra}"),
-        "",
+        &LoopToml::new()
+            .harness_agent(&agent)
+            .brakes(brakes)
+            .pipeline(&pipe),
     );
-    let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml")).unwrap();
-    p.loop_toml("l", &format!("pipeline = \"{}\"\n{toml}", pipe.display()));
     let r = p.lf(&["check", pipe.to_str().unwrap()]);
     assert_eq!(r.code, 0, "the test pipeline must be valid: {r:?}");
 }
@@ -47,11 +40,7 @@ fn exit_rc_script(p: &Project, name: &str) -> PathBuf {
 }
 
 fn run_json(p: &Project, extra: &[&str]) -> Value {
-    let mut args = vec!["run", "--loop", "l", "--json"];
-    args.extend(extra);
-    let r = p.lf(&args);
-    assert_eq!(r.code, 0, "{r:?}");
-    r.json()
+    p.run_json("l", extra).json()
 }
 
 fn node_status(j: &Value, id: &str) -> String {
@@ -83,28 +72,22 @@ fn command_node_exposes_exit_code_and_output_downstream() {
     pipeline_loop(
         &p,
         "",
-        &format!(
-            r#"[nodes.gate]
-kind = "gate"
-
-[nodes.tests]
-kind = "command"
-argv = ["{tests}"]
-needs = ["gate"]
-on_failure = "continue"
-
-[nodes.report]
-kind = "command"
-argv = ["{record}", "exit={{{{nodes.tests.exit_code}}}}", "{{{{nodes.tests.stdout_path}}}}", "{{{{nodes.tests.output}}}}", "{{{{iteration}}}} {{{{loop}}}}"]
-needs = ["tests"]
-
-[nodes.commit]
-kind = "commit"
-needs = ["report"]
-"#,
-            tests = tests.display(),
-            record = record.display()
-        ),
+        &PipelineToml::named("p")
+            .node("gate", "gate", &[])
+            .script("tests", &tests, &[], &["gate"])
+            .with("on_failure = \"continue\"")
+            .script(
+                "report",
+                &record,
+                &[
+                    "exit={{nodes.tests.exit_code}}",
+                    "{{nodes.tests.stdout_path}}",
+                    "{{nodes.tests.output}}",
+                    "{{iteration}} {{loop}}",
+                ],
+                &["tests"],
+            )
+            .commit("commit", &["report"]),
     );
     p.write("rc", "3");
     let j = run_json(&p, &[]);
@@ -121,7 +104,7 @@ needs = ["report"]
     assert_eq!(p.read("arg3"), "tests.sh ran\n");
     assert_eq!(p.read("arg4"), "1 l");
     // A commit without a verdict still counts the iteration.
-    assert_eq!(events(&p, "l"), ["TICK iter=1"]);
+    assert_eq!(p.events_after_create("l"), ["TICK iter=1"]);
     p.write("rc", "0");
     run_json(&p, &[]);
     assert_eq!(p.read("arg1"), "exit=0");
@@ -136,38 +119,15 @@ fn ci_triage(p: &Project) {
     pipeline_loop(
         p,
         "",
-        &format!(
-            r#"[nodes.gate]
-kind = "gate"
-
-[nodes.tests]
-kind = "command"
-argv = ["{tests}"]
-needs = ["gate"]
-on_failure = "continue"
-
-[nodes.implement]
-kind = "harness"
-role = "implement"
-needs = ["tests"]
-when = "{{{{not (eq nodes.tests.exit_code 0)}}}}"
-
-[nodes.verify]
-kind = "harness"
-role = "verify"
-needs = ["implement"]
-
-[nodes.parse]
-kind = "verdict"
-from = "verify"
-needs = ["verify"]
-
-[nodes.commit]
-kind = "commit"
-needs = ["parse"]
-"#,
-            tests = tests.display()
-        ),
+        &PipelineToml::named("p")
+            .node("gate", "gate", &[])
+            .script("tests", &tests, &[], &["gate"])
+            .with("on_failure = \"continue\"")
+            .harness("implement", "implement", &["tests"])
+            .with("when = \"{{not (eq nodes.tests.exit_code 0)}}\"")
+            .harness("verify", "verify", &["implement"])
+            .verdict("parse", "verify", &["verify"])
+            .commit("commit", &["parse"]),
     );
 }
 
@@ -184,7 +144,7 @@ fn when_false_skips_the_rest_and_uses_no_iteration() {
     for id in ["implement", "verify", "parse", "commit"] {
         assert_eq!(node_status(&j, id), "skipped", "{id}: {j}");
     }
-    assert_eq!(events(&p, "l"), ["SKIP reason=when:implement"]);
+    assert_eq!(p.events_after_create("l"), ["SKIP reason=when:implement"]);
     let s = p.state("l");
     assert_eq!(s["iteration_count"], 0);
     assert!(s["last_tick_at"].is_null());
@@ -202,7 +162,7 @@ fn when_false_skips_the_rest_and_uses_no_iteration() {
     assert_eq!(node_status(&j, "tests"), "failed");
     assert_eq!(node_status(&j, "implement"), "ok");
     assert_eq!(
-        events(&p, "l").last().unwrap(),
+        p.events_after_create("l").last().unwrap(),
         "TICK pass=false score=0.5 iter=1"
     );
     let calls = p.read("calls.log");
@@ -211,32 +171,17 @@ fn when_false_skips_the_rest_and_uses_no_iteration() {
 
 // ---- on_failure ------------------------------------------------------------------------
 
-fn fail_pipeline(p: &Project, brakes_extra: &str, node_extra: &str) {
+fn fail_pipeline(p: &Project, brakes: &str, node_extra: &str) {
     let x = exit_rc_script(p, "x.sh");
     pipeline_loop(
         p,
-        brakes_extra,
-        &format!(
-            r#"[nodes.gate]
-kind = "gate"
-
-[nodes.x]
-kind = "command"
-argv = ["{x}"]
-needs = ["gate"]
-{node_extra}
-
-[nodes.after]
-kind = "command"
-argv = ["true"]
-needs = ["x"]
-
-[nodes.commit]
-kind = "commit"
-needs = ["after"]
-"#,
-            x = x.display()
-        ),
+        brakes,
+        &PipelineToml::named("p")
+            .node("gate", "gate", &[])
+            .script("x", &x, &[], &["gate"])
+            .with(node_extra)
+            .command("after", &["true"], &["x"])
+            .commit("commit", &["after"]),
     );
 }
 
@@ -252,7 +197,7 @@ fn failure_aborts_by_default_and_nothing_advances() {
     assert_eq!(node_status(&j, "x"), "failed");
     assert_eq!(node_status(&j, "after"), "not_run");
     assert_eq!(node_status(&j, "commit"), "not_run");
-    assert_eq!(events(&p, "l"), ["ABORT node=x reason=exit:1"]);
+    assert_eq!(p.events_after_create("l"), ["ABORT node=x reason=exit:1"]);
     let mut after = p.state("l");
     assert_eq!(after["consecutive_aborts"], 1);
     // Apart from the abort counter, the state is exactly as it was.
@@ -269,7 +214,7 @@ fn on_failure_continue_keeps_going() {
     assert_eq!(j["outcome"], "tick", "{j}");
     assert_eq!(node_status(&j, "x"), "failed");
     assert_eq!(node_status(&j, "after"), "ok");
-    assert_eq!(events(&p, "l"), ["TICK iter=1"]);
+    assert_eq!(p.events_after_create("l"), ["TICK iter=1"]);
 }
 
 #[test]
@@ -283,7 +228,7 @@ fn on_failure_halt_halts_without_advancing() {
     assert_eq!(s["iteration_count"], 0);
     let reason = s["halt"]["reason"].as_str().unwrap();
     assert!(reason.starts_with("human_intervention:"), "{reason}");
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert!(ev[0].starts_with(&format!("HALT {reason}")), "{ev:?}");
     assert!(
@@ -294,7 +239,7 @@ fn on_failure_halt_halts_without_advancing() {
     // It stays halted until approved.
     run_json(&p, &[]);
     assert_eq!(
-        events(&p, "l").last().unwrap(),
+        p.events_after_create("l").last().unwrap(),
         &format!("SKIP reason=halted:{reason}")
     );
 }
@@ -310,27 +255,16 @@ fn retries_rerun_until_success() {
             d = p.path().display()
         ),
     );
-    pipeline_loop(
-        &p,
-        "",
-        &format!(
-            r#"[nodes.flaky]
-kind = "command"
-argv = ["{flaky}"]
-retries = 2
-
-[nodes.commit]
-kind = "commit"
-needs = ["flaky"]
-"#,
-            flaky = flaky.display()
-        ),
-    );
+    let pipeline = PipelineToml::named("p")
+        .script("flaky", &flaky, &[], &[])
+        .with("retries = 2")
+        .commit("commit", &["flaky"]);
+    pipeline_loop(&p, "", &pipeline);
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "tick", "{j}");
     assert_eq!(node_status(&j, "flaky"), "ok");
     assert_eq!(p.read("count").trim(), "3");
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(
         ev.iter()
             .filter(|e| e.starts_with("RETRY node=flaky"))
@@ -342,15 +276,15 @@ needs = ["flaky"]
 
     // One retry is not enough for a fresh counter: the tick aborts after two attempts.
     std::fs::remove_file(p.join("count")).unwrap();
-    let pipe = p
-        .read("pipelines/p.toml")
-        .replace("retries = 2", "retries = 1");
-    p.write("pipelines/p.toml", &pipe);
+    p.write(
+        "pipelines/p.toml",
+        &pipeline.set("flaky", "retries = 1").render(),
+    );
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "abort", "{j}");
     assert_eq!(p.read("count").trim(), "2");
     assert_eq!(
-        events(&p, "l").last().unwrap(),
+        p.events_after_create("l").last().unwrap(),
         "ABORT node=flaky reason=exit:1"
     );
     assert_eq!(p.state("l")["iteration_count"], 1);
@@ -373,7 +307,7 @@ fn consecutive_aborts_halt_harness_failing() {
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "halt", "{j}");
     assert_eq!(j["reason"], "human_intervention:harness_failing");
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     let n = ev.len();
     assert_eq!(ev[n - 2], "ABORT node=x reason=exit:1");
     assert!(
@@ -383,7 +317,7 @@ fn consecutive_aborts_halt_harness_failing() {
     assert_eq!(p.state("l")["iteration_count"], 1);
     run_json(&p, &[]);
     assert_eq!(
-        events(&p, "l").last().unwrap(),
+        p.events_after_create("l").last().unwrap(),
         "SKIP reason=halted:human_intervention:harness_failing"
     );
     // Approval clears the halt and the count.
@@ -413,32 +347,35 @@ echo "not reached" >> "{d}/calls.log""#,
     )
 }
 
+/// An agent that records its process group in `pgid`, starts a sleeping child and sleeps.
+fn sleeping_agent(p: &Project) -> PathBuf {
+    p.script(
+        "agent.sh",
+        &format!(
+            "echo $$ > \"{d}/pgid\"\nsleep 300 &\nsleep 300",
+            d = p.path().display()
+        ),
+    )
+}
+
 fn timeout_case(ignore_term: bool) {
     let p = Project::new();
     let f = forker(&p, ignore_term);
     pipeline_loop(
         &p,
         "",
-        &format!(
-            r#"[nodes.gate]
-kind = "gate"
-
-[nodes.slow]
-kind = "command"
-argv = ["{f}"]
-needs = ["gate"]
-timeout = "1s"
-
-[nodes.commit]
-kind = "commit"
-needs = ["slow"]
-"#,
-            f = f.display()
-        ),
+        &PipelineToml::named("p")
+            .node("gate", "gate", &[])
+            .script("slow", &f, &[], &["gate"])
+            .with("timeout = \"1s\"")
+            .commit("commit", &["slow"]),
     );
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "abort", "{j}");
-    assert_eq!(events(&p, "l"), ["ABORT node=slow reason=timeout"]);
+    assert_eq!(
+        p.events_after_create("l"),
+        ["ABORT node=slow reason=timeout"]
+    );
     assert_eq!(p.state("l")["iteration_count"], 0);
     let pgid: i32 = p.read("pgid").trim().parse().unwrap();
     let grandchild: i32 = p.read("grandchild").trim().parse().unwrap();
@@ -467,21 +404,19 @@ fn timeout_kills_a_group_that_ignores_term() {
 #[test]
 fn harness_timeout_from_loop_toml_aborts_the_tick() {
     let p = Project::new();
-    let agent = p.script(
-        "agent.sh",
-        &format!(
-            "echo $$ > \"{d}/pgid\"\nsleep 300 &\nsleep 300",
-            d = p.path().display()
-        ),
+    let agent = sleeping_agent(&p);
+    p.with_loop(
+        "l",
+        &LoopToml::new()
+            .harness_agent(&agent)
+            .harness("timeout = \"1s\""),
     );
-    p.agent_loop("l", &agent, "");
-    let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml"))
-        .unwrap()
-        .replace("[harness]\n", "[harness]\ntimeout = \"1s\"\n");
-    p.loop_toml("l", &toml);
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "abort", "{j}");
-    assert_eq!(events(&p, "l"), ["ABORT node=implement reason=timeout"]);
+    assert_eq!(
+        p.events_after_create("l"),
+        ["ABORT node=implement reason=timeout"]
+    );
     let pgid: i32 = p.read("pgid").trim().parse().unwrap();
     assert_eq!(wait_group_gone(pgid), Vec::<i32>::new());
     assert_eq!(p.state("l")["iteration_count"], 0);
@@ -516,32 +451,12 @@ echo '{verdict}'"#,
     pipeline_loop(
         p,
         "",
-        &format!(
-            r#"[nodes.gate]
-kind = "gate"
-
-[nodes.a]
-kind = "command"
-argv = ["{a}"]
-needs = ["gate"]
-
-[nodes.b]
-kind = "command"
-argv = ["{b}"]
-needs = ["gate"]
-
-[nodes.parse]
-kind = "verdict"
-from = "a"
-needs = ["a", "b"]
-
-[nodes.commit]
-kind = "commit"
-needs = ["parse"]
-"#,
-            a = a.display(),
-            b = b.display()
-        ),
+        &PipelineToml::named("p")
+            .node("gate", "gate", &[])
+            .script("a", &a, &[], &["gate"])
+            .script("b", &b, &[], &["gate"])
+            .verdict("parse", "a", &["a", "b"])
+            .commit("commit", &["parse"]),
     );
 }
 
@@ -581,8 +496,11 @@ fn parallel_and_sequential_runs_agree() {
         j["nodes"] = Value::Null;
     }
     assert_eq!(js, jp);
-    assert_eq!(events(&seq, "l"), ["TICK pass=false score=0.75 iter=1"]);
-    assert_eq!(events(&seq, "l"), events(&par, "l"));
+    assert_eq!(
+        seq.events_after_create("l"),
+        ["TICK pass=false score=0.75 iter=1"]
+    );
+    assert_eq!(seq.events_after_create("l"), par.events_after_create("l"));
     assert_eq!(timeless(seq.state("l")), timeless(par.state("l")));
     // Sequentially, the first branch ran alone; in parallel each saw the other.
     let mut seen: Vec<String> = par.read("seen").lines().map(str::to_string).collect();
@@ -593,7 +511,7 @@ fn parallel_and_sequential_runs_agree() {
     // A second tick each: still identical.
     run_json(&seq, &[]);
     run_json(&par, &["--parallel"]);
-    assert_eq!(events(&seq, "l"), events(&par, "l"));
+    assert_eq!(seq.events_after_create("l"), par.events_after_create("l"));
     assert_eq!(timeless(seq.state("l")), timeless(par.state("l")));
 }
 
@@ -607,27 +525,11 @@ fn parallel_failure_aborts_like_sequential() {
         pipeline_loop(
             &p,
             "",
-            &format!(
-                r#"[nodes.gate]
-kind = "gate"
-
-[nodes.a]
-kind = "command"
-argv = ["{ok}"]
-needs = ["gate"]
-
-[nodes.b]
-kind = "command"
-argv = ["{bad}"]
-needs = ["gate"]
-
-[nodes.commit]
-kind = "commit"
-needs = ["a", "b"]
-"#,
-                ok = ok.display(),
-                bad = bad.display()
-            ),
+            &PipelineToml::named("p")
+                .node("gate", "gate", &[])
+                .script("a", &ok, &[], &["gate"])
+                .script("b", &bad, &[], &["gate"])
+                .commit("commit", &["a", "b"]),
         );
         p
     };
@@ -637,8 +539,8 @@ needs = ["a", "b"]
     let jp = run_json(&par, &["--parallel"]);
     assert_eq!(js["outcome"], "abort");
     assert_eq!(js["reason"], jp["reason"]);
-    assert_eq!(events(&seq, "l"), ["ABORT node=b reason=exit:5"]);
-    assert_eq!(events(&seq, "l"), events(&par, "l"));
+    assert_eq!(seq.events_after_create("l"), ["ABORT node=b reason=exit:5"]);
+    assert_eq!(seq.events_after_create("l"), par.events_after_create("l"));
     assert_eq!(timeless(seq.state("l")), timeless(par.state("l")));
 }
 
@@ -647,13 +549,7 @@ needs = ["a", "b"]
 #[test]
 fn sigterm_mid_tick_aborts_interrupted_and_leaves_state_alone() {
     let p = Project::new();
-    let agent = p.script(
-        "agent.sh",
-        &format!(
-            "echo $$ > \"{d}/pgid\"\nsleep 300 &\nsleep 300",
-            d = p.path().display()
-        ),
-    );
+    let agent = sleeping_agent(&p);
     p.agent_loop("l", &agent, "");
     let state_path = p.loop_dir("l").join(".state.loop");
     let before = std::fs::read_to_string(&state_path).unwrap();
@@ -673,7 +569,10 @@ fn sigterm_mid_tick_aborts_interrupted_and_leaves_state_alone() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(events(&p, "l"), ["ABORT node=implement reason=interrupted"]);
+    assert_eq!(
+        p.events_after_create("l"),
+        ["ABORT node=implement reason=interrupted"]
+    );
     assert_eq!(
         std::fs::read_to_string(&state_path).unwrap(),
         before,
@@ -701,27 +600,13 @@ fn parallel_commit_waits_for_every_node_a_sequential_run_would_finish_first() {
         let agent = standard_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
         let pipe = p.write(
             "pipelines/p.toml",
-            &format!(
-                r#"name = "p"
-
-[nodes.gate]
-kind = "gate"
-
-[nodes.a]
-kind = "command"
-argv = ["{bad}"]
-needs = ["gate"]
-
-[nodes.commit]
-kind = "commit"
-needs = ["gate"]
-"#,
-                bad = bad.display()
-            ),
+            &PipelineToml::named("p")
+                .node("gate", "gate", &[])
+                .script("a", &bad, &[], &["gate"])
+                .commit("commit", &["gate"])
+                .render(),
         );
-        p.agent_loop("l", &agent, "");
-        let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml")).unwrap();
-        p.loop_toml("l", &format!("pipeline = \"{}\"\n{toml}", pipe.display()));
+        p.with_loop("l", &LoopToml::new().harness_agent(&agent).pipeline(&pipe));
         p
     };
     let seq = mk();
@@ -730,8 +615,8 @@ needs = ["gate"]
     let jp = run_json(&par, &["--parallel"]);
     assert_eq!(js["outcome"], "abort", "{js}");
     assert_eq!(jp["outcome"], js["outcome"], "{jp}");
-    assert_eq!(events(&seq, "l"), ["ABORT node=a reason=exit:4"]);
-    assert_eq!(events(&seq, "l"), events(&par, "l"));
+    assert_eq!(seq.events_after_create("l"), ["ABORT node=a reason=exit:4"]);
+    assert_eq!(seq.events_after_create("l"), par.events_after_create("l"));
     assert_eq!(timeless(seq.state("l")), timeless(par.state("l")));
     assert_eq!(par.state("l")["iteration_count"], 0);
 }
@@ -742,7 +627,7 @@ fn an_agent_that_cannot_start_aborts_the_tick() {
     p.agent_loop("l", &p.join("no-such-agent"), "");
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "abort", "{j}");
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert!(
         ev[0].starts_with("ABORT node=implement reason=\"spawn:") && ev[0].contains("not found"),
@@ -751,28 +636,27 @@ fn an_agent_that_cannot_start_aborts_the_tick() {
     assert_eq!(p.state("l")["iteration_count"], 0);
     // Not executable is named as such.
     p.write("not-exec.sh", "#!/bin/sh\nexit 0\n");
-    let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml"))
-        .unwrap()
-        .replace("no-such-agent", "not-exec.sh");
-    p.loop_toml("l", &toml);
+    p.loop_toml(
+        "l",
+        &LoopToml::new()
+            .harness_agent(&p.join("not-exec.sh"))
+            .render(),
+    );
     run_json(&p, &[]);
     assert!(
-        events(&p, "l").last().unwrap().contains("not executable"),
+        p.events_after_create("l")
+            .last()
+            .unwrap()
+            .contains("not executable"),
         "{:?}",
-        events(&p, "l")
+        p.events_after_create("l")
     );
 }
 
 #[test]
 fn sigterm_to_a_daemon_mid_tick_stops_it_cleanly() {
     let p = Project::new();
-    let agent = p.script(
-        "agent.sh",
-        &format!(
-            "echo $$ > \"{d}/pgid\"\nsleep 300 &\nsleep 300",
-            d = p.path().display()
-        ),
-    );
+    let agent = sleeping_agent(&p);
     p.agent_loop("l", &agent, "");
     let state_path = p.loop_dir("l").join(".state.loop");
     let before = std::fs::read_to_string(&state_path).unwrap();
@@ -792,7 +676,7 @@ fn sigterm_to_a_daemon_mid_tick_stops_it_cleanly() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev.len(), 2, "{ev:?}");
     assert_eq!(ev[0], "ABORT node=implement reason=interrupted");
     assert!(ev[1].starts_with("DAEMON_STOPPED"), "{ev:?}");
@@ -829,22 +713,11 @@ fn a_halt_after_the_commit_still_halts_the_loop() {
     pipeline_loop(
         &p,
         "",
-        &format!(
-            r#"[nodes.gate]
-kind = "gate"
-
-[nodes.commit]
-kind = "commit"
-needs = ["gate"]
-
-[nodes.post]
-kind = "command"
-argv = ["{post}"]
-needs = ["commit"]
-on_failure = "halt"
-"#,
-            post = post.display()
-        ),
+        &PipelineToml::named("p")
+            .node("gate", "gate", &[])
+            .commit("commit", &["gate"])
+            .script("post", &post, &[], &["commit"])
+            .with("on_failure = \"halt\""),
     );
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "halt", "{j}");
@@ -858,12 +731,12 @@ on_failure = "halt"
         .as_str()
         .unwrap_or_else(|| panic!("not halted: {s}"));
     assert!(reason.starts_with("human_intervention:"), "{reason}");
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev[0], "TICK iter=1");
     assert!(ev[1].starts_with(&format!("HALT {reason}")), "{ev:?}");
     run_json(&p, &[]);
     assert_eq!(
-        events(&p, "l").last().unwrap(),
+        p.events_after_create("l").last().unwrap(),
         &format!("SKIP reason=halted:{reason}")
     );
 }
@@ -874,18 +747,10 @@ fn an_abort_after_the_commit_keeps_the_iteration_and_warns() {
     pipeline_loop(
         &p,
         "max_consecutive_aborts = 1",
-        r#"[nodes.gate]
-kind = "gate"
-
-[nodes.commit]
-kind = "commit"
-needs = ["gate"]
-
-[nodes.post]
-kind = "command"
-argv = ["false"]
-needs = ["commit"]
-"#,
+        &PipelineToml::named("p")
+            .node("gate", "gate", &[])
+            .commit("commit", &["gate"])
+            .command("post", &["false"], &["commit"]),
     );
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "tick", "{j}");
@@ -895,7 +760,7 @@ needs = ["commit"]
         s["halt"].is_null(),
         "a committed tick is not an aborted one: {s}"
     );
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev[0], "TICK iter=1");
     assert!(ev[1].starts_with("WARN node=post reason=exit:1"), "{ev:?}");
 }
@@ -909,41 +774,24 @@ fn a_blast_radius_violation_after_the_commit_halts() {
     );
     let pipe = p.write(
         "pipelines/p.toml",
-        r#"name = "p"
-
-[nodes.gate]
-kind = "gate"
-
-[nodes.implement]
-kind = "harness"
-role = "implement"
-needs = ["gate"]
-
-[nodes.verify]
-kind = "harness"
-role = "verify"
-needs = ["implement"]
-
-[nodes.parse]
-kind = "verdict"
-from = "verify"
-needs = ["verify"]
-
-[nodes.commit]
-kind = "commit"
-needs = ["parse"]
-
-[nodes.save]
-kind = "git-commit"
-needs = ["commit"]
-"#,
+        &PipelineToml::named("p")
+            .node("gate", "gate", &[])
+            .harness("implement", "implement", &["gate"])
+            .harness("verify", "verify", &["implement"])
+            .verdict("parse", "verify", &["verify"])
+            .commit("commit", &["parse"])
+            .git_commit("save", &["commit"])
+            .render(),
     );
-    let r = p.lf(&["create", "--loop", "l", "--task", "t"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    let toml = loop_toml_text(&agent, "max_iterations = 10\ncontext_tokens = 32000", "")
-        .replace("[worktree]\nenabled = false", "[worktree]\nenabled = true")
-        + "\n[blast_radius]\nallow = [\"src/**\"]\ndeny = [\"secret/**\"]\n";
-    p.loop_toml("l", &format!("pipeline = \"{}\"\n{toml}", pipe.display()));
+    p.with_loop_task(
+        "l",
+        Some("t"),
+        &LoopToml::new()
+            .harness_agent(&agent)
+            .worktree(true)
+            .blast_radius(&["src/**"], &["secret/**"])
+            .pipeline(&pipe),
+    );
     let j = run_json(&p, &[]);
     assert_eq!(j["outcome"], "halt", "{j}");
     let s = p.state("l");
@@ -952,7 +800,7 @@ needs = ["commit"]
         "{s}"
     );
     assert_eq!(s["iteration_count"], 1);
-    let wt = p.loop_dir("l").join("worktree");
+    let wt = p.worktree("l");
     let log = p.git_cmd(&["-C", wt.to_str().unwrap(), "log", "--oneline"]);
     assert_eq!(log.lines().count(), 1, "nothing may be committed: {log}");
 }
@@ -962,21 +810,11 @@ fn a_pipeline_without_a_gate_still_obeys_the_brakes() {
     let p = Project::new();
     pipeline_loop(
         &p,
-        "",
-        r#"[nodes.work]
-kind = "command"
-argv = ["true"]
-
-[nodes.commit]
-kind = "commit"
-needs = ["work"]
-"#,
+        "max_iterations = 1",
+        &PipelineToml::named("p")
+            .command("work", &["true"], &[])
+            .commit("commit", &["work"]),
     );
-    // max_iterations is 10 in pipeline_loop; lower it to 1.
-    let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml"))
-        .unwrap()
-        .replace("max_iterations = 10", "max_iterations = 1");
-    p.loop_toml("l", &toml);
     assert_eq!(run_json(&p, &[])["outcome"], "tick");
     // The cap holds...
     let j = run_json(&p, &[]);
