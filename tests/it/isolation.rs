@@ -3,27 +3,8 @@
 //! and `git-commit` refusing anything outside it.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::support::{Project, Run, bin};
-
-fn git_in(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn wt(p: &Project, name: &str) -> PathBuf {
-    p.loop_dir(name).join("worktree")
-}
+use crate::support::{LoopToml, PipelineToml, Project, Run, commit_all, git, loopflow};
 
 /// An agent that records its role, `{{cwd}}` and real working directory; implement runs
 /// `IMPLEMENT` (a shell snippet) in the worktree, verify prints a verdict.
@@ -42,47 +23,22 @@ esac"#,
     )
 }
 
-/// Creates loop `name` with a worktree, whose roles run `agent`, with an optional
-/// blast radius and pipeline.
-fn worktree_loop(p: &Project, name: &str, agent: &Path, radius: &str, pipeline: Option<&Path>) {
-    let r = p.lf(&["create", "--loop", name, "--task", "t"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    let pipeline = pipeline
-        .map(|pp| format!("pipeline = \"{}\"\n", pp.display()))
-        .unwrap_or_default();
-    p.loop_toml(
-        name,
-        &format!(
-            r#"{pipeline}[brakes]
-max_iterations = 10
-context_tokens = 32000
-score_plateau_window = 50
-
-[harness]
-command = ["{agent}", "{{{{role}}}}", "{{{{cwd}}}}"]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-{radius}
-"#,
-            agent = agent.display()
-        ),
-    );
+/// The loop.toml of a loop in a worktree of its own whose roles run `agent {{role}} {{cwd}}`.
+fn worktree_toml(agent: &Path) -> LoopToml {
+    LoopToml::new()
+        .brakes("score_plateau_window = 50")
+        .harness_command(agent, &["{{role}}", "{{cwd}}"])
+        .without("worktree")
 }
 
 #[test]
 fn create_makes_a_worktree_the_agent_runs_there_and_a_missing_one_skips() {
     let p = Project::git();
     let a = agent(&p, "echo change >> file.txt");
-    worktree_loop(&p, "w", &a, "", None);
-    let w = wt(&p, "w");
+    p.with_loop_task("w", Some("t"), &worktree_toml(&a));
+    let w = p.worktree("w");
     assert_eq!(
-        git_in(&w, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        git(&w, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
         "loopflow/w"
     );
     let list = p.git_cmd(&["worktree", "list", "--porcelain"]);
@@ -164,23 +120,11 @@ fn worktree_gc_prunes_deleted_and_idle_loops_but_never_uncommitted_work() {
         serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
     s["last_tick_at"] = "2020-01-01T00:00:00Z".into();
     std::fs::write(&st, serde_json::to_string_pretty(&s).unwrap()).unwrap();
-    std::fs::write(wt(&p, "idle").join("new.txt"), "x").unwrap();
-    git_in(&wt(&p, "idle"), &["add", "-A"]);
-    git_in(
-        &wt(&p, "idle"),
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "work",
-        ],
-    );
+    std::fs::write(p.worktree("idle").join("new.txt"), "x").unwrap();
+    commit_all(&p.worktree("idle"), "work");
     // `dirty`: loop deleted (no state), but its worktree has uncommitted changes.
     std::fs::remove_file(p.loop_dir("dirty").join(".state.loop")).unwrap();
-    std::fs::write(wt(&p, "dirty").join("wip.txt"), "unsaved").unwrap();
+    std::fs::write(p.worktree("dirty").join("wip.txt"), "unsaved").unwrap();
 
     let r = p.lf(&["worktree", "gc", "--dry-run"]);
     assert_eq!(r.code, 0, "{r:?}");
@@ -188,7 +132,7 @@ fn worktree_gc_prunes_deleted_and_idle_loops_but_never_uncommitted_work() {
         r.stdout.contains("would remove worktree") && r.stdout.contains("loop idle, idle"),
         "{r:?}"
     );
-    assert!(wt(&p, "idle").exists(), "dry run changed something");
+    assert!(p.worktree("idle").exists(), "dry run changed something");
 
     let r = p.lf(&["worktree", "gc", "--max-age", "14d"]);
     assert_eq!(r.code, 0, "{r:?}");
@@ -199,8 +143,8 @@ fn worktree_gc_prunes_deleted_and_idle_loops_but_never_uncommitted_work() {
         "{out}"
     );
     assert!(out.contains("kept branch loopflow/idle"), "{out}");
-    assert!(!wt(&p, "idle").exists());
-    assert!(wt(&p, "fresh").exists() && wt(&p, "dirty").join("wip.txt").exists());
+    assert!(!p.worktree("idle").exists());
+    assert!(p.worktree("fresh").exists() && p.worktree("dirty").join("wip.txt").exists());
     let branches = p.git_cmd(&[
         "for-each-ref",
         "--format=%(refname:short)",
@@ -225,46 +169,38 @@ fn worktree_gc_prunes_deleted_and_idle_loops_but_never_uncommitted_work() {
 
     let r = p.lf(&["worktree", "gc", "--force"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(!wt(&p, "dirty").exists(), "{r:?}");
+    assert!(!p.worktree("dirty").exists(), "{r:?}");
     let branches = p.git_cmd(&[
         "for-each-ref",
         "--format=%(refname:short)",
         "refs/heads/loopflow/",
     ]);
     assert_eq!(branches.trim(), "loopflow/fresh", "{r:?}");
-    assert!(wt(&p, "fresh").exists());
+    assert!(p.worktree("fresh").exists());
 }
 
 /// `loopflow can-edit` run from `cwd`.
 fn can_edit(p: &Project, cwd: &Path, paths: &[&str]) -> Run {
-    let o = Command::new(bin())
-        .arg("--project")
-        .arg(p.path())
-        .args(["can-edit", "--loop", "r"])
-        .args(paths)
-        .current_dir(cwd)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    Run {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+    Run::of(
+        p.lf_cmd(&["can-edit", "--loop", "r"])
+            .args(paths)
+            .current_dir(cwd),
+    )
 }
 
 #[test]
 fn can_edit_resolves_dotdot_absolute_and_symlinks_and_deny_beats_allow() {
     let p = Project::git();
     let a = agent(&p, "true");
-    worktree_loop(
-        &p,
+    p.with_loop_task(
         "r",
-        &a,
-        "[blast_radius]\nallow = [\"src/**\", \"tests/**\", \".git/**\", \".loopflow/**\"]\ndeny = [\"src/secret/**\"]",
-        None,
+        Some("t"),
+        &worktree_toml(&a).blast_radius(
+            &["src/**", "tests/**", ".git/**", ".loopflow/**"],
+            &["src/secret/**"],
+        ),
     );
-    let w = wt(&p, "r");
+    let w = p.worktree("r");
     std::fs::create_dir_all(w.join("src")).unwrap();
     std::os::unix::fs::symlink("/etc", w.join("src/etc")).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", w.join("src/passwd")).unwrap();
@@ -327,42 +263,21 @@ fn can_edit_resolves_dotdot_absolute_and_symlinks_and_deny_beats_allow() {
     assert!(r.stdout.starts_with("refused: README.md: "), "{r:?}");
 }
 
-const PIPELINE: &str = r#"name = "tick-and-git"
-
-[nodes.gate]
-kind = "gate"
-
-[nodes.floor-check]
-kind = "floor-check"
-needs = ["gate"]
-
-[nodes.implement]
-kind = "harness"
-role = "implement"
-needs = ["floor-check"]
-
-[nodes.verify]
-kind = "harness"
-role = "verify"
-needs = ["implement"]
-
-[nodes.parse]
-kind = "verdict"
-from = "verify"
-needs = ["verify"]
-
-[nodes.commit]
-kind = "commit"
-needs = ["parse"]
-
-[nodes.git]
-kind = "git-commit"
-needs = ["commit"]
-message = "loopflow {{loop}}: iteration {{iteration}}"
-"#;
+/// The default tick with a `git-commit` node after the commit.
+fn git_pipeline() -> PipelineToml {
+    PipelineToml::named("tick-and-git")
+        .node("gate", "gate", &[])
+        .node("floor-check", "floor-check", &["gate"])
+        .harness("implement", "implement", &["floor-check"])
+        .harness("verify", "verify", &["implement"])
+        .verdict("parse", "verify", &["verify"])
+        .commit("commit", &["parse"])
+        .git_commit("git", &["commit"])
+        .with("message = \"loopflow {{loop}}: iteration {{iteration}}\"")
+}
 
 fn commits(dir: &Path, rev: &str) -> usize {
-    git_in(dir, &["rev-list", "--count", rev])
+    git(dir, &["rev-list", "--count", rev])
         .trim()
         .parse()
         .unwrap()
@@ -370,18 +285,18 @@ fn commits(dir: &Path, rev: &str) -> usize {
 
 fn git_commit_project(implement: &str) -> (Project, PathBuf) {
     let p = Project::git();
-    let pipe = p.write("pipelines/git.toml", PIPELINE);
+    let pipe = p.write("pipelines/git.toml", &git_pipeline().render());
     let a = agent(&p, implement);
-    worktree_loop(
-        &p,
+    p.with_loop_task(
         "g",
-        &a,
-        "[blast_radius]\nallow = [\"src/**\", \"**/*.md\"]\ndeny = [\"src/secret/**\"]",
-        Some(&pipe),
+        Some("t"),
+        &worktree_toml(&a)
+            .blast_radius(&["src/**", "**/*.md"], &["src/secret/**"])
+            .pipeline(&pipe),
     );
     let check = p.lf(&["check", &pipe.display().to_string()]);
     assert_eq!(check.code, 0, "{check:?}");
-    let w = wt(&p, "g");
+    let w = p.worktree("g");
     (p, w)
 }
 
@@ -393,13 +308,13 @@ fn git_commit_commits_a_good_change_on_the_loop_branch() {
     assert_eq!(r.json()["outcome"], "tick", "{r:?}");
     assert_eq!(commits(p.path(), "loopflow/g"), 2);
     assert_eq!(commits(p.path(), "main"), 1, "the main branch moved");
-    let log = git_in(&w, &["log", "-1", "--format=%s%n%an", "--name-only"]);
+    let log = git(&w, &["log", "-1", "--format=%s%n%an", "--name-only"]);
     assert!(
         log.starts_with("loopflow g: iteration 1\nloopflow\n"),
         "{log}"
     );
     assert!(log.contains("src/main.rs"), "{log}");
-    assert!(git_in(&w, &["status", "--porcelain"]).is_empty());
+    assert!(git(&w, &["status", "--porcelain"]).is_empty());
 }
 
 fn assert_refused(implement: &str, named: &str) {
@@ -427,8 +342,8 @@ fn assert_refused(implement: &str, named: &str) {
     );
     // Nothing committed, nothing staged: the change waits for a human.
     assert_eq!(commits(p.path(), "loopflow/g"), 1);
-    assert!(!git_in(&w, &["status", "--porcelain"]).is_empty());
-    assert!(git_in(&w, &["diff", "--cached", "--name-only"]).is_empty());
+    assert!(!git(&w, &["status", "--porcelain"]).is_empty());
+    assert!(git(&w, &["diff", "--cached", "--name-only"]).is_empty());
     // The halt stands: the next tick skips.
     let r = p.lf(&["run", "--loop", "g", "--json"]);
     assert_eq!(
@@ -477,21 +392,9 @@ fn git_commit_refuses_a_rename_out_of_the_radius() {
     let (p, w) = git_commit_project("true");
     std::fs::create_dir_all(w.join("src")).unwrap();
     std::fs::write(w.join("src/a.rs"), "a").unwrap();
-    git_in(&w, &["add", "-A"]);
-    git_in(
-        &w,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "a",
-        ],
-    );
+    commit_all(&w, "a");
     std::fs::create_dir_all(w.join("src/secret")).unwrap();
-    git_in(&w, &["mv", "src/a.rs", "src/secret/a.rs"]);
+    git(&w, &["mv", "src/a.rs", "src/secret/a.rs"]);
     let r = p.lf(&["run", "--loop", "g", "--json"]);
     assert_eq!(
         r.json()["reason"],
@@ -511,27 +414,23 @@ fn git_commit_refuses_a_rename_out_of_the_radius() {
 fn a_loop_created_with_a_relative_project_ticks_from_any_directory() {
     // Schedulers start ticks elsewhere (cron in $HOME): the worktree must still be found.
     let p = Project::git();
-    let o = Command::new(bin())
-        .args(["create", "--loop", "rel", "--task", "t"])
-        .current_dir(p.path())
-        .env_remove("LOOPFLOW_PROJECT")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = Run::of(
+        loopflow(p.path())
+            .args(["create", "--loop", "rel", "--task", "t"])
+            .env_remove("LOOPFLOW_PROJECT"),
+    );
+    assert_eq!(r.code, 0, "{r:?}");
     let stored = p.state("rel")["worktree_path"]
         .as_str()
         .unwrap()
         .to_string();
     assert!(Path::new(&stored).is_absolute(), "{stored}");
     let gate_from_root = || {
-        let o = Command::new(bin())
-            .arg("--project")
-            .arg(p.path())
-            .args(["gate", "--loop", "rel", "--json"])
-            .current_dir("/")
-            .output()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let r = Run::of(
+            p.lf_cmd(&["gate", "--loop", "rel", "--json"])
+                .current_dir("/"),
+        );
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
         let wt = v["checks"]
             .as_array()
             .unwrap()
