@@ -2,36 +2,23 @@
 //! discipline, verdict caching, compaction, shipped templates and `init`, driving the real
 //! binary with fake agents written as scripts.
 
-use crate::support;
-
 use std::path::Path;
 
-use crate::support::{Project, Run};
+use crate::support::{LoopToml, Project, array, bin, has, line_of_tick};
 
-/// A `loop.toml` for tests: the harness runs `agent` with
-/// `role task session model output prompt`; `extra` is appended verbatim.
-fn loop_toml(agent: &Path, brakes: &str, extra: &str) -> String {
-    format!(
-        r#"[brakes]
-max_iterations = 10
-context_tokens = 32000
-{brakes}
-
-[harness]
-command = ["{agent}", "{{{{role}}}}", "{{{{current_task}}}}", "{{{{session_id}}}}", "{{{{model}}}}", "{{{{output}}}}", "{{{{prompt}}}}"]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-[worktree]
-enabled = false
-
-{extra}"#,
-        agent = agent.display()
+/// A loop for these tests: the harness runs `agent` with
+/// `role task session model output prompt`.
+fn program_toml(agent: &Path) -> LoopToml {
+    LoopToml::new().harness_command(
+        agent,
+        &[
+            "{{role}}",
+            "{{current_task}}",
+            "{{session_id}}",
+            "{{model}}",
+            "{{output}}",
+            "{{prompt}}",
+        ],
     )
 }
 
@@ -40,7 +27,7 @@ enabled = false
 /// `implement_body`; `verify` prints the verdict line of tick N from `verdicts` (the last
 /// repeats).
 fn agent(tools: &Project, verdicts: &[&str], implement_body: &str) -> std::path::PathBuf {
-    tools.write("verdicts", &(verdicts.join("\n") + "\n"));
+    let v = tools.verdicts(verdicts);
     tools.script(
         "agent.sh",
         &format!(
@@ -49,13 +36,11 @@ echo "$role $LOOPFLOW_TICK $task $session $model" >> "{calls}"
 case "$role" in
   implement) {implement_body} ;;
   verify)
-    n=$(wc -l < "{v}")
-    i=$LOOPFLOW_TICK; [ "$i" -gt "$n" ] && i=$n
-    sed -n "${{i}}p" "{v}" ;;
+    {verdict} ;;
   orchestrate) echo orchestrated ;;
 esac"#,
             calls = tools.join("calls").display(),
-            v = tools.join("verdicts").display(),
+            verdict = line_of_tick(&v),
         ),
     )
 }
@@ -66,22 +51,6 @@ fn calls(tools: &Project) -> Vec<Vec<String>> {
         .lines()
         .map(|l| l.split(' ').map(str::to_string).collect())
         .collect()
-}
-
-fn setup(p: &Project, name: &str, toml: &str) {
-    let r = p.create(name, None);
-    assert_eq!(r.code, 0, "{r:?}");
-    p.loop_toml(name, toml);
-}
-
-fn run(p: &Project, name: &str) -> Run {
-    let r = p.lf(&["run", "--loop", name, "--json"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    r
-}
-
-fn has(events: &[String], line: &str) -> bool {
-    events.iter().any(|e| e == line)
 }
 
 /// Marks the topmost open item of BACKLOG.md done (what a real agent would do).
@@ -95,16 +64,15 @@ fn backlog_takes_topmost_item_and_advances_when_checked_off() {
         "# Backlog\n- [x] **old** done before\n- [ ] **first-thing** — do it\n- [ ] plain second\n",
     );
     let a = agent(&tools, &[r#"{"pass": false, "score": 0.5}"#], CHECK_OFF);
-    setup(
-        &p,
+    p.with_loop_task(
         "b",
-        &loop_toml(
-            &a,
-            "score_plateau_window = 10",
-            "[work_source]\nkind = \"backlog\"\nfile = \"{{cwd}}/BACKLOG.md\"\n",
+        None,
+        &program_toml(&a).brakes("score_plateau_window = 10").table(
+            "work_source",
+            "kind = \"backlog\"\nfile = \"{{cwd}}/BACKLOG.md\"",
         ),
     );
-    run(&p, "b");
+    p.run_json("b", &[]);
     assert_eq!(calls(&tools)[0][2], "first-thing");
     let s = p.state("b");
     // The agent checked it off: the state already names the next task.
@@ -124,7 +92,7 @@ fn backlog_takes_topmost_item_and_advances_when_checked_off() {
         "{st:?}"
     );
 
-    run(&p, "b");
+    p.run_json("b", &[]);
     // Items without a bold slug: the id is the whole text.
     assert_eq!(calls(&tools)[3][2..4], ["plain", "second"]);
     assert!(p.read("BACKLOG.md").contains("- [x] plain second"));
@@ -134,7 +102,7 @@ fn backlog_takes_topmost_item_and_advances_when_checked_off() {
     ));
     assert_eq!(p.state("b")["current_task"], serde_json::Value::Null);
 
-    let r = run(&p, "b");
+    let r = p.run_json("b", &[]);
     assert_eq!(r.json()["reason"], "no_current_task");
     assert_eq!(
         p.events("b").last().map(String::as_str),
@@ -148,7 +116,7 @@ fn backlog_takes_topmost_item_and_advances_when_checked_off() {
         g.stdout.contains("work source unreadable: backlog"),
         "{g:?}"
     );
-    assert_eq!(run(&p, "b").json()["reason"], "no_current_task");
+    assert_eq!(p.run_json("b", &[]).json()["reason"], "no_current_task");
 }
 
 #[test]
@@ -171,15 +139,14 @@ fn audit_command_lines_and_json_lines_are_tasks() {
         &[r#"{"pass": true, "score": 0.6}"#],
         "sed -i 1d findings.jsonl",
     );
-    setup(
-        &p,
+    p.with_loop_task(
         "a",
-        &loop_toml(
-            &a,
-            "score_plateau_window = 10",
+        None,
+        &program_toml(&a).brakes("score_plateau_window = 10").table(
+            "work_source",
             &format!(
-                "[work_source]\nkind = \"audit\"\ncommand = [\"{}\", \"{{{{loop}}}}\"]\n",
-                audit.display()
+                "kind = \"audit\"\ncommand = {}",
+                array(&[&audit.display().to_string(), "{{loop}}"])
             ),
         ),
     );
@@ -189,16 +156,16 @@ fn audit_command_lines_and_json_lines_are_tasks() {
     let d = p.lf(&["run", "--loop", "a", "--dry-run"]);
     assert_eq!(d.code, 0, "{d:?}");
     assert_eq!(tools.read("audit-runs").lines().count(), 1);
-    run(&p, "a");
+    p.run_json("a", &[]);
     assert_eq!(calls(&tools)[0][2], "lint-1");
     // Once for the gate (memoized for the gate node), once after the work (commit).
     assert_eq!(tools.read("audit-runs").lines().count(), 3);
     assert_eq!(p.state("a")["current_task"], "lint-2");
     assert_eq!(p.state("a")["task_source"], "audit");
-    run(&p, "a");
+    p.run_json("a", &[]);
     assert_eq!(calls(&tools)[3][2], "lint-2");
     assert!(has(&p.events("a"), "TASK done=lint-2 next=none source=-"));
-    let r = run(&p, "a");
+    let r = p.run_json("a", &[]);
     assert_eq!(r.json()["reason"], "no_current_task");
 
     // Plain lines: each line is a task, the first one is current.
@@ -206,7 +173,7 @@ fn audit_command_lines_and_json_lines_are_tasks() {
         "findings.jsonl",
         "# a comment\n\nfix the flaky test\nsecond\n",
     );
-    run(&p, "a");
+    p.run_json("a", &[]);
     let c = calls(&tools);
     assert_eq!(c[6][2..6], ["fix", "the", "flaky", "test"]);
 }
@@ -216,19 +183,18 @@ fn audit_failure_skips_without_a_task() {
     let (p, tools) = (Project::new(), Project::new());
     let audit = tools.script("audit.sh", "echo broken >&2; exit 2");
     let a = agent(&tools, &[r#"{"pass": true, "score": 0.6}"#], "true");
-    setup(
-        &p,
+    p.with_loop_task(
         "a",
-        &loop_toml(
-            &a,
-            "",
+        None,
+        &program_toml(&a).table(
+            "work_source",
             &format!(
-                "[work_source]\nkind = \"audit\"\ncommand = [\"{}\"]\n",
-                audit.display()
+                "kind = \"audit\"\ncommand = {}",
+                array(&[audit.display().to_string()])
             ),
         ),
     );
-    let r = run(&p, "a");
+    let r = p.run_json("a", &[]);
     assert_eq!(r.json()["reason"], "no_current_task");
     let g = p.lf(&["gate", "--loop", "a", "--json"]);
     assert!(g.stdout.contains("work source unreadable"), "{g:?}");
@@ -239,7 +205,7 @@ fn audit_failure_skips_without_a_task() {
 /// Runs ticks until the loop halts; returns the iteration it halted at and the reason.
 fn until_halt(p: &Project, name: &str, max: usize) -> (u64, String) {
     for _ in 0..max {
-        let r = run(p, name);
+        let r = p.run_json(name, &[]);
         if r.json()["outcome"] == "halt" {
             let s = p.state(name);
             return (
@@ -259,10 +225,9 @@ fn budget_usd_halts_at_the_tick_after_crossing() {
         &[r#"{"pass": false, "score": 0.5, "cost_usd": 0.4}"#],
         "true",
     );
-    setup_with_task(
-        &p,
+    p.with_loop(
         "u",
-        &loop_toml(&a, "max_budget_usd = 1.0\nscore_plateau_window = 10", ""),
+        &program_toml(&a).brakes("max_budget_usd = 1.0\nscore_plateau_window = 10"),
     );
     let (iter, reason) = until_halt(&p, "u", 6);
     // 0.4, 0.8, 1.2: the fourth tick's gate finds the budget spent.
@@ -283,13 +248,6 @@ fn budget_usd_halts_at_the_tick_after_crossing() {
     assert!(t.stdout.contains("HALTED budget_exhausted:usd"), "{t:?}");
 }
 
-/// A loop whose state already has a task (as `create --task` would give).
-fn setup_with_task(p: &Project, name: &str, toml: &str) {
-    let r = p.create(name, Some("the task"));
-    assert_eq!(r.code, 0, "{r:?}");
-    p.loop_toml(name, toml);
-}
-
 #[test]
 fn budget_tokens_halts_at_the_right_tick() {
     let (p, tools) = (Project::new(), Project::new());
@@ -298,10 +256,9 @@ fn budget_tokens_halts_at_the_right_tick() {
         &[r#"{"pass": false, "score": 0.5, "tokens": 600}"#],
         "true",
     );
-    setup_with_task(
-        &p,
+    p.with_loop(
         "t",
-        &loop_toml(&a, "max_tokens = 1000\nscore_plateau_window = 10", ""),
+        &program_toml(&a).brakes("max_tokens = 1000\nscore_plateau_window = 10"),
     );
     let (iter, reason) = until_halt(&p, "t", 5);
     assert_eq!((iter, reason.as_str()), (2, "budget_exhausted:tokens"));
@@ -313,10 +270,9 @@ fn budget_tokens_halts_at_the_right_tick() {
 fn budget_seconds_counts_harness_wall_time() {
     let (p, tools) = (Project::new(), Project::new());
     let a = agent(&tools, &[r#"{"pass": false, "score": 0.5}"#], "sleep 1");
-    setup_with_task(
-        &p,
+    p.with_loop(
         "s",
-        &loop_toml(&a, "max_seconds = 1.0\nscore_plateau_window = 10", ""),
+        &program_toml(&a).brakes("max_seconds = 1.0\nscore_plateau_window = 10"),
     );
     // The implement role sleeps one second: after the first tick the limit is reached,
     // whatever the machine's load, and the second tick's gate halts.
@@ -337,12 +293,11 @@ fn usage_reported_by_an_agent_counts_toward_the_budget() {
         &[r#"{"pass": false, "score": 0.5, "cost_usd": 0.1, "tokens": 50}"#],
         r#"echo '{"total_cost_usd": 0.3, "usage": {"input_tokens": 100, "output_tokens": 20}}' > "$output""#,
     );
-    setup_with_task(
-        &p,
+    p.with_loop(
         "r",
-        &loop_toml(&a, "max_tokens = 300\nscore_plateau_window = 10", ""),
+        &program_toml(&a).brakes("max_tokens = 300\nscore_plateau_window = 10"),
     );
-    run(&p, "r");
+    p.run_json("r", &[]);
     let spent = &p.state("r")["spent"];
     assert!(
         (spent["usd"].as_f64().unwrap() - 0.4).abs() < 1e-9,
@@ -364,7 +319,7 @@ fn goal_met_halts_after_committing_and_shows_in_status() {
         ],
         "true",
     );
-    setup_with_task(&p, "g", &loop_toml(&a, "goal_score = 0.9", ""));
+    p.with_loop("g", &program_toml(&a).brakes("goal_score = 0.9"));
     let (iter, reason) = until_halt(&p, "g", 4);
     assert_eq!((iter, reason.as_str()), (2, "goal_met"));
     let ev = p.events("g");
@@ -373,7 +328,7 @@ fn goal_met_halts_after_committing_and_shows_in_status() {
     let t = p.lf(&["status", "--loop", "g"]);
     assert!(t.stdout.contains("HALTED goal_met"), "{t:?}");
     // A halt stands until a human approves.
-    let r = run(&p, "g");
+    let r = p.run_json("g", &[]);
     assert_eq!(r.json()["reason"], "halted:goal_met");
 }
 
@@ -381,14 +336,9 @@ fn goal_met_halts_after_committing_and_shows_in_status() {
 fn flat_scores_halt_as_plateau() {
     let (p, tools) = (Project::new(), Project::new());
     let a = agent(&tools, &[r#"{"pass": false, "score": 0.5}"#], "true");
-    setup_with_task(
-        &p,
+    p.with_loop(
         "f",
-        &loop_toml(
-            &a,
-            "score_plateau_window = 3\nscore_plateau_epsilon = 0.0",
-            "",
-        ),
+        &program_toml(&a).brakes("score_plateau_window = 3\nscore_plateau_epsilon = 0.0"),
     );
     let (iter, reason) = until_halt(&p, "f", 6);
     assert_eq!(
@@ -413,15 +363,15 @@ fn flat_scores_halt_as_plateau() {
 fn sessions_are_fresh_per_role_and_tick_and_model_is_passed() {
     let (p, tools) = (Project::new(), Project::new());
     let a = agent(&tools, &[r#"{"pass": false, "score": 0.5}"#], "true");
-    let toml = loop_toml(&a, "score_plateau_window = 10", "")
-        .replace(
-            "[roles.implement]\n",
-            "[roles.implement]\nmodel = \"model-a\"\n",
-        )
-        .replace("[roles.verify]\n", "[roles.verify]\nmodel = \"model-b\"\n");
-    setup_with_task(&p, "d", &toml);
-    run(&p, "d");
-    run(&p, "d");
+    p.with_loop(
+        "d",
+        &program_toml(&a)
+            .brakes("score_plateau_window = 10")
+            .role("implement", "model = \"model-a\"")
+            .role("verify", "model = \"model-b\""),
+    );
+    p.run_json("d", &[]);
+    p.run_json("d", &[]);
     let c = calls(&tools);
     assert_eq!(c.len(), 6);
     // The task has a space, so fields shift: the last two are session and model.
@@ -444,29 +394,12 @@ fn sessions_are_fresh_per_role_and_tick_and_model_is_passed() {
 fn different_models_without_model_flag_are_refused_by_check_and_run() {
     let p = Project::new();
     let a = p.script("agent.sh", "echo '{\"pass\": true, \"score\": 0.5}'");
-    let toml = format!(
-        r#"[brakes]
-max_iterations = 3
-context_tokens = 32000
-
-[harness]
-command = ["{a}", "{{{{role}}}}", "{{{{prompt}}}}"]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-model = "big-model"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-model = "other-model"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-[worktree]
-enabled = false
-"#,
-        a = a.display()
-    );
-    setup_with_task(&p, "m", &toml);
+    let toml = LoopToml::new()
+        .brakes("max_iterations = 3")
+        .harness_agent(&a)
+        .role("implement", "model = \"big-model\"")
+        .role("verify", "model = \"other-model\"");
+    p.with_loop("m", &toml);
     let c = p.lf(&["check", ".loopflow/loops/m/loop.toml"]);
     assert_eq!(c.code, 3, "{c:?}");
     assert!(
@@ -479,7 +412,7 @@ enabled = false
     assert_eq!(p.state("m")["iteration_count"], 0);
 
     // The same model on both sides runs, and status says verification is not diverse.
-    p.loop_toml("m", &toml.replace("other-model", "big-model"));
+    p.loop_toml("m", &toml.role("verify", "model = \"big-model\"").render());
     let c = p.lf(&["check", ".loopflow/loops/m/loop.toml"]);
     assert_eq!(c.code, 0, "{c:?}");
     let r = p.lf(&["run", "--loop", "m"]);
@@ -512,11 +445,12 @@ fn verdict_cache_reuses_the_verdict_for_the_same_task_and_output_file() {
         &[r#"{"pass": false, "score": 0.5}"#],
         r#"if [ "$LOOPFLOW_TICK" -le 2 ]; then echo same > "$output"; else echo "new $LOOPFLOW_TICK" > "$output"; fi"#,
     );
-    let toml = loop_toml(&a, "score_plateau_window = 10", "")
-        .replace("[roles.verify]\n", "[roles.verify]\ncache = true\n");
-    setup_with_task(&p, "c", &toml);
+    let toml = program_toml(&a)
+        .brakes("score_plateau_window = 10")
+        .role("verify", "cache = true");
+    p.with_loop("c", &toml);
     for _ in 0..3 {
-        run(&p, "c");
+        p.run_json("c", &[]);
     }
     assert_eq!(verify_ticks(&tools), ["1", "3"]);
     let ev = p.events("c");
@@ -527,8 +461,7 @@ fn verdict_cache_reuses_the_verdict_for_the_same_task_and_output_file() {
     );
     assert!(has(&ev, "TICK pass=false score=0.5 iter=3"), "{ev:?}");
     // The replayed verdict is in the verify node's stdout file as if it had run.
-    let out =
-        std::fs::read_to_string(p.loop_dir("c").join("outputs/2-verify.stdout")).expect("stdout");
+    let out = p.output("c", "2-verify.stdout");
     assert!(out.contains("\"score\": 0.5"), "{out}");
 }
 
@@ -544,11 +477,12 @@ fn verdict_cache_keys_on_the_working_tree_when_there_is_no_output_file() {
         &[r#"{"pass": false, "score": 0.5}"#],
         r#"case $LOOPFLOW_TICK in 1) echo changed >> README.md ;; 2) date > ignored.txt ;; 3) echo x > new.txt ;; esac"#,
     );
-    let toml = loop_toml(&a, "score_plateau_window = 10", "")
-        .replace("[roles.verify]\n", "[roles.verify]\ncache = true\n");
-    setup_with_task(&p, "w", &toml);
+    let toml = program_toml(&a)
+        .brakes("score_plateau_window = 10")
+        .role("verify", "cache = true");
+    p.with_loop("w", &toml);
     for _ in 0..3 {
-        run(&p, "w");
+        p.run_json("w", &[]);
     }
     assert_eq!(verify_ticks(&tools), ["1", "3"]);
     assert!(has(
@@ -561,16 +495,17 @@ fn verdict_cache_keys_on_the_working_tree_when_there_is_no_output_file() {
 fn verdict_cache_never_replays_an_unparseable_verdict() {
     let (p, tools) = (Project::new(), Project::new());
     let a = agent(&tools, &["no verdict here"], r#"echo same > "$output""#);
-    let toml = loop_toml(&a, "score_plateau_window = 10", "")
-        .replace("[roles.verify]\n", "[roles.verify]\ncache = true\n");
-    setup_with_task(&p, "u", &toml);
-    let r = run(&p, "u");
+    let toml = program_toml(&a)
+        .brakes("score_plateau_window = 10")
+        .role("verify", "cache = true");
+    p.with_loop("u", &toml);
+    let r = p.run_json("u", &[]);
     assert_eq!(r.json()["reason"], "verifier_failed:unparseable", "{r:?}");
     assert_eq!(p.lf(&["approve", "--loop", "u", "--by", "t"]).code, 0);
     // The human fixed the verifier (here: its answers).
     tools.write("verdicts", "{\"pass\": false, \"score\": 0.5}\n");
     // Same task, same artifact: the verifier still runs, since nothing was cached.
-    run(&p, "u");
+    p.run_json("u", &[]);
     assert_eq!(verify_ticks(&tools), ["1", "1"]);
     assert!(has(&p.events("u"), "TICK pass=false score=0.5 iter=1"));
 }
@@ -579,13 +514,11 @@ fn verdict_cache_never_replays_an_unparseable_verdict() {
 fn work_source_templates_only_see_gate_variables() {
     let p = Project::new();
     let a = p.script("agent.sh", "true");
-    setup_with_task(
-        &p,
+    p.with_loop(
         "v",
-        &loop_toml(
-            &a,
-            "",
-            "[work_source]\nkind = \"backlog\"\nfile = \"{{current_task}}/BACKLOG.md\"\n",
+        &program_toml(&a).table(
+            "work_source",
+            "kind = \"backlog\"\nfile = \"{{current_task}}/BACKLOG.md\"",
         ),
     );
     let c = p.lf(&["check", ".loopflow/loops/v/loop.toml", "--format", "json"]);
@@ -602,9 +535,9 @@ fn verdict_cache_is_off_by_default() {
         &[r#"{"pass": false, "score": 0.5}"#],
         r#"echo same > "$output""#,
     );
-    setup_with_task(&p, "n", &loop_toml(&a, "score_plateau_window = 10", ""));
-    run(&p, "n");
-    run(&p, "n");
+    p.with_loop("n", &program_toml(&a).brakes("score_plateau_window = 10"));
+    p.run_json("n", &[]);
+    p.run_json("n", &[]);
     assert_eq!(verify_ticks(&tools), ["1", "2"]);
     assert!(!p.events("n").iter().any(|e| e.contains("cached")));
 }
@@ -618,25 +551,27 @@ fn compaction_prompt_replaces_a_prompt_that_fills_the_context() {
         r#"head -n 1 "$prompt" > "$output.first""#,
     );
     // 16000 tokens * 0.001 = 16 tokens ~ 64 bytes: the implement prompt is larger.
-    let toml = loop_toml(&a, "context_tokens = 16000\nscore_plateau_window = 10", "")
-        .replace("context_tokens = 32000\n", "")
-        .replace(
-            "[roles.implement]\n",
-            "[roles.implement]\ncompaction_prompt = \"prompts/compaction.md\"\ncompaction_share = 0.001\n",
+    let toml = program_toml(&a)
+        .brakes("context_tokens = 16000\nscore_plateau_window = 10")
+        .role(
+            "implement",
+            "compaction_prompt = \"prompts/compaction.md\"\ncompaction_share = 0.001",
         );
-    setup_with_task(&p, "k", &toml);
+    p.with_loop("k", &toml);
     // A compaction prompt that does not exist is a configuration error.
-    let missing = toml.replace("prompts/compaction.md", "prompts/nope.md");
-    p.loop_toml("k", &missing);
+    let missing = toml
+        .clone()
+        .role("implement", "compaction_prompt = \"prompts/nope.md\"");
+    p.loop_toml("k", &missing.render());
     let c = p.lf(&["check", ".loopflow/loops/k/loop.toml", "--format", "json"]);
     assert_eq!(c.code, 3, "{c:?}");
     assert!(c.stdout.contains("compaction prompt"), "{c:?}");
-    p.loop_toml("k", &toml);
+    p.loop_toml("k", &toml.render());
     assert!(
         p.loop_dir("k").join("prompts/compaction.md").is_file(),
         "create ships the compaction prompt"
     );
-    run(&p, "k");
+    p.run_json("k", &[]);
     let ev = p.events("k");
     let line = ev
         .iter()
@@ -645,18 +580,16 @@ fn compaction_prompt_replaces_a_prompt_that_fills_the_context() {
     assert!(line.contains("role=implement"), "{line}");
     assert!(line.contains("estimate=bytes/4"), "{line}");
     assert!(line.contains("context_tokens=16000"), "{line}");
-    let prompt = std::fs::read_to_string(p.loop_dir("k").join("outputs/1-implement.prompt.md"))
-        .expect("prompt");
+    let prompt = p.output("k", "1-implement.prompt.md");
     assert!(prompt.starts_with("# Compact"), "{prompt}");
 
     // With room to spare the normal prompt is used and nothing is logged.
     p.loop_toml(
         "k",
-        &toml.replace("compaction_share = 0.001", "compaction_share = 0.9"),
+        &toml.role("implement", "compaction_share = 0.9").render(),
     );
-    run(&p, "k");
-    let prompt = std::fs::read_to_string(p.loop_dir("k").join("outputs/2-implement.prompt.md"))
-        .expect("prompt");
+    p.run_json("k", &[]);
+    let prompt = p.output("k", "2-implement.prompt.md");
     assert!(prompt.starts_with("# Implement"), "{prompt}");
     assert_eq!(
         p.events("k")
@@ -714,20 +647,6 @@ esac"#,
     )
 }
 
-fn commit_all(p: &Project, msg: &str) {
-    p.git_cmd(&["add", "-A"]);
-    p.git_cmd(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "commit",
-        "-q",
-        "-m",
-        msg,
-    ]);
-}
-
 #[test]
 fn templates_are_listed_and_each_checks_clean() {
     let p = Project::git();
@@ -782,7 +701,7 @@ fn ci_triage_fixes_failing_tests_then_idles_while_green() {
     assert_eq!(s["current_task"], "make the failing tests pass");
     assert_eq!(s["task_source"], "template:ci-triage");
 
-    let r = run(&p, "ci");
+    let r = p.run_json("ci", &[]);
     assert_eq!(r.json()["outcome"], "halt", "{r:?}");
     assert_eq!(r.json()["reason"], "goal_met");
     let ev = p.events("ci");
@@ -795,7 +714,7 @@ fn ci_triage_fixes_failing_tests_then_idles_while_green() {
     // Approved: the tests now pass, so implement does not run and nothing is spent.
     let a = p.lf(&["approve", "--loop", "ci", "--by", "t"]);
     assert_eq!(a.code, 0, "{a:?}");
-    let r = run(&p, "ci");
+    let r = p.run_json("ci", &[]);
     assert_eq!(r.json()["reason"], "when:implement", "{r:?}");
     assert_eq!(p.state("ci")["iteration_count"], 1);
     assert_eq!(tools.read("calls"), "implement 1\nverify 1\n");
@@ -808,7 +727,7 @@ fn self_improvement_drains_the_backlog_then_halts_goal_met() {
         "BACKLOG.md",
         "# Backlog\n- [ ] **speed-up** make it faster\n- [ ] **docs** write the docs\n",
     );
-    commit_all(&p, "backlog");
+    p.commit_all("backlog");
     let tools = Project::new();
     let agent = template_agent(
         &tools,
@@ -816,11 +735,11 @@ fn self_improvement_drains_the_backlog_then_halts_goal_met() {
         &format!("grep -q \"$task\" \"$prompt\" && {CHECK_OFF}"),
     );
     from_template(&p, "si", "self-improvement", None, &agent);
-    let r = run(&p, "si");
+    let r = p.run_json("si", &[]);
     assert_eq!(r.json()["outcome"], "tick", "{r:?}");
     assert_eq!(p.state("si")["current_task"], "docs");
     assert_eq!(p.state("si")["task_source"], "backlog:BACKLOG.md");
-    let r = run(&p, "si");
+    let r = p.run_json("si", &[]);
     assert_eq!(r.json()["reason"], "goal_met", "{r:?}");
     let ev = p.events("si");
     assert!(
@@ -871,7 +790,7 @@ fn design_update_takes_drifting_docs_until_all_are_in_sync() {
     let p = Project::git();
     p.write("src/a.rs", "fn a() {}\n");
     p.write("src/c.rs", "fn c() {}\n");
-    commit_all(&p, "code");
+    p.commit_all("code");
     let first = p.git_cmd(&["rev-parse", "HEAD"]).trim().to_string();
     p.write(
         "docs/a.md",
@@ -886,10 +805,10 @@ fn design_update_takes_drifting_docs_until_all_are_in_sync() {
         &format!("# B, in sync\n<!-- describes: src/b.rs README.md -->\n<!-- last-read-sha: {first} -->\n"),
     );
     p.write("docs/plain.md", "# no markers: never a task\n");
-    commit_all(&p, "docs");
+    p.commit_all("docs");
     p.write("src/a.rs", "fn a() { changed() }\n");
     p.write("src/c.rs", "fn c() { changed() }\n");
-    commit_all(&p, "change the code");
+    p.commit_all("change the code");
 
     let d = p.lf(&[
         "drift",
@@ -915,23 +834,22 @@ fn design_update_takes_drifting_docs_until_all_are_in_sync() {
         &tools,
         &format!(
             r#"if [ -z "$("{bin}" drift --dir docs)" ]; then echo '{{"pass": true, "score": 1.0}}'; else echo '{{"pass": true, "score": 0.5}}'; fi"#,
-            bin = support::bin().display()
+            bin = bin().display()
         ),
         r#"head=$(git rev-parse HEAD); sed "s/last-read-sha: .*/last-read-sha: $head -->/" "$task" > "$task.tmp" && mv "$task.tmp" "$task""#,
     );
     from_template(&p, "du", "design-update", None, &agent);
-    let r = run(&p, "du");
+    let r = p.run_json("du", &[]);
     assert_eq!(r.json()["outcome"], "tick", "{r:?}");
     // The prompt names the doc and why it drifted (`{{task_title}}`).
-    let prompt = std::fs::read_to_string(p.loop_dir("du").join("outputs/1-implement.prompt.md"))
-        .expect("prompt");
+    let prompt = p.output("du", "1-implement.prompt.md");
     assert!(
         prompt.contains("`docs/a.md`: docs/a.md: src/a.rs changed in"),
         "{prompt}"
     );
     assert_eq!(p.state("du")["current_task"], "docs/c.md");
     assert_eq!(p.state("du")["task_source"], "audit");
-    let r = run(&p, "du");
+    let r = p.run_json("du", &[]);
     assert_eq!(r.json()["reason"], "goal_met", "{r:?}");
     let ev = p.events("du");
     assert!(
@@ -1027,7 +945,7 @@ fn init_asks_on_a_terminal_only() {
     let p = Project::git();
     let cmd = format!(
         "{} --project {} init --no-remote-ok --no-worktree",
-        support::bin().display(),
+        bin().display(),
         p.path().display()
     );
     let mut child = std::process::Command::new("script")
