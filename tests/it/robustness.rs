@@ -3,12 +3,11 @@
 //! stale lock; odd loop names, verdicts, prompts and binary pipelines are diagnosed, not
 //! panicked on.
 
-use crate::support;
-
-use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::support::{Project, live_group_members, loop_toml_text};
+use crate::support::{
+    LoopToml, Project, live_group_members, standard_agent, wait_for_file, wait_group_gone,
+};
 use serde_json::Value;
 
 /// A small xorshift generator; the seed is printed so a failure can be replayed with
@@ -81,10 +80,12 @@ esac
 exit 0"#
         ),
     );
-    assert_eq!(p.create("l", Some("t")).code, 0);
-    p.loop_toml(
+    p.with_loop_task(
         "l",
-        &loop_toml_text(&agent, "max_iterations = 1000\ncontext_tokens = 32000", ""),
+        Some("t"),
+        &LoopToml::new()
+            .harness_agent(&agent)
+            .brakes("max_iterations = 1000"),
     );
     let state_path = p.loop_dir("l").join(".state.loop");
     let mut rng = Rng::new();
@@ -100,12 +101,7 @@ exit 0"#
         for role in ["implement", "verify", "orchestrate"] {
             let _ = std::fs::remove_file(p.join(&format!("started-{role}")));
         }
-        let mut child = p
-            .lf_cmd(&["run", "--loop", "l"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = p.lf_spawn(&["run", "--loop", "l"]);
         // Either a random moment after the start, or a random moment after a given
         // role started (so every stage of the tick gets hit, whatever the load).
         let stage = rng.below(4);
@@ -192,7 +188,7 @@ exit 0"#
 #[test]
 fn a_tick_line_lost_in_a_crash_is_recovered_by_the_next_run() {
     let p = Project::new();
-    let agent = support::standard_agent(
+    let agent = standard_agent(
         &p,
         &[
             r#"{"pass": false, "score": 0.1}"#,
@@ -294,8 +290,7 @@ fn verdict_loop(p: &Project, verdict: &[u8]) {
 }
 
 fn run_ok(p: &Project) -> Value {
-    let r = p.lf(&["run", "--loop", "l", "--json"]);
-    assert_eq!(r.code, 0, "{r:?}");
+    let r = p.run_json("l", &[]);
     assert!(!r.stderr.contains("panicked"), "{r:?}");
     r.json()
 }
@@ -321,8 +316,7 @@ fn huge_verdict_is_committed_and_reaches_the_next_prompt() {
     // Tick 2's implement prompt carries the hint in full.
     std::fs::write(p.join("verdict.out"), r#"{"pass": false, "score": 0.4}"#).unwrap();
     assert_eq!(run_ok(&p)["outcome"], "tick");
-    let prompt =
-        std::fs::read_to_string(p.loop_dir("l").join("outputs/2-implement.prompt.md")).unwrap();
+    let prompt = p.output("l", "2-implement.prompt.md");
     assert!(prompt.contains(&hint), "the hint was cut");
     assert!(prompt.contains("- reason 19999"));
 }
@@ -378,8 +372,7 @@ fn escaped_mustaches_in_prompts_render_literally() {
         "Escaped: \\{{not_a_var}} and {{!-- a {{comment}} --}}done\nLoop {{loop}}, task {{{current_task}}}\n",
     );
     assert_eq!(run_ok(&p)["outcome"], "tick");
-    let prompt =
-        std::fs::read_to_string(p.loop_dir("l").join("outputs/1-implement.prompt.md")).unwrap();
+    let prompt = p.output("l", "1-implement.prompt.md");
     assert_eq!(
         prompt,
         "Escaped: {{not_a_var}} and done\nLoop l, task the task\n"
@@ -397,8 +390,7 @@ fn raw_blocks_in_prompts_render_literally() {
     let r = p.lf(&["check", ".loopflow/loops/l/loop.toml"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(run_ok(&p)["outcome"], "tick");
-    let prompt =
-        std::fs::read_to_string(p.loop_dir("l").join("outputs/1-implement.prompt.md")).unwrap();
+    let prompt = p.output("l", "1-implement.prompt.md");
     assert_eq!(
         prompt,
         "Raw: {{not_a_var}} {{#each x}}{{/each}} {{{triple}}}\nLoop l\n"
@@ -476,13 +468,8 @@ exit 0"#
         ),
     );
     p.agent_loop("l", &agent, "");
-    let mut run = p
-        .lf_cmd(&["run", "--loop", "l"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    support::wait_for_file(&p.join("agent.pid"));
+    let mut run = p.lf_spawn(&["run", "--loop", "l"]);
+    wait_for_file(&p.join("agent.pid"));
     let pgid: i32 = std::fs::read_to_string(p.join("agent.pid"))
         .unwrap()
         .trim()
@@ -498,7 +485,7 @@ exit 0"#
     p.write("release", "");
     let r = p.lf(&["run", "--loop", "l"]);
     assert_eq!(r.code, 0, "{r:?}");
-    let left = support::wait_group_gone(pgid);
+    let left = wait_group_gone(pgid);
     assert!(left.is_empty(), "left running: {left:?}");
     let events = p.events("l");
     assert!(
