@@ -4,12 +4,10 @@
 //! `crontab`/`systemctl` programs on PATH, HALT disabling and `approve` re-enabling the
 //! schedule, and (behind LOOPFLOW_TEST_REAL_CRON=1) a line fired by a real cron daemon.
 
-use crate::support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{Project, bin, standard_agent};
+use crate::support::{Project, Run, bin, git, git_commit, loopflow, standard_agent};
 
 fn have(tool: &str) -> bool {
     let found = std::env::var_os("PATH")
@@ -296,20 +294,14 @@ fn schtasks_xml_is_well_formed() {
 /// A directory with fake `crontab` and `systemctl` programs that keep their state in
 /// files, so install/uninstall can be tested without touching the machine's scheduler.
 struct Fakes {
-    dir: tempfile::TempDir,
+    dir: Project,
 }
 
 impl Fakes {
     fn new(systemctl_ok: bool) -> Fakes {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = Project::new();
         let d = dir.path().display().to_string();
-        let write = |name: &str, body: &str| {
-            let p = dir.path().join(name);
-            std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        };
-        write(
+        dir.script(
             "crontab",
             &format!(
                 r#"f="{d}/crontab.txt"
@@ -320,7 +312,7 @@ case "$1" in
 esac"#
             ),
         );
-        write(
+        dir.script(
             "systemctl",
             &format!(
                 "echo \"$*\" >> \"{d}/systemctl.log\"\nexit {}",
@@ -351,7 +343,7 @@ esac"#
     }
 }
 
-fn lf(p: &Project, env: &[(String, String)], args: &[&str]) -> support::Run {
+fn lf(p: &Project, env: &[(String, String)], args: &[&str]) -> Run {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     p.lf_env(args, &env)
 }
@@ -700,25 +692,20 @@ fn github_workflow_steps_tick_in_a_fresh_clone() {
     );
     p.write(".loopflow/loops/l/loop.toml", &cfg);
     p.git_cmd(&["add", ".loopflow", "verdicts"]);
-    p.git_cmd(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "commit",
-        "-qm",
-        "loop config",
-    ]);
+    git_commit(p.path(), "loop config");
     let status = p.git_cmd(&["status", "--porcelain"]);
     assert!(!status.contains(".state"), "{status}");
     let remote = tools.path().join("remote.git");
-    let o = Command::new("git")
-        .args(["clone", "-q", "--bare"])
-        .arg(p.path())
-        .arg(&remote)
-        .output()
-        .unwrap();
-    assert!(o.status.success());
+    git(
+        tools.path(),
+        &[
+            "clone",
+            "-q",
+            "--bare",
+            &p.path().display().to_string(),
+            &remote.display().to_string(),
+        ],
+    );
     std::os::unix::fs::symlink(bin(), tools.path().join("loopflow")).unwrap();
 
     let steps_json = python(
@@ -732,13 +719,15 @@ fn github_workflow_steps_tick_in_a_fresh_clone() {
     let cache = tools.path().join("cache");
     let run_workflow = |task: &str| {
         let _ = std::fs::remove_dir_all(&ws);
-        let o = Command::new("git")
-            .args(["clone", "-q"])
-            .arg(&remote)
-            .arg(&ws)
-            .output()
-            .unwrap();
-        assert!(o.status.success());
+        git(
+            work.path(),
+            &[
+                "clone",
+                "-q",
+                &remote.display().to_string(),
+                &ws.display().to_string(),
+            ],
+        );
         let dir = ws.join(".loopflow/loops/l");
         for f in [".state.loop", ".state.log"] {
             if cache.join(f).exists() {
@@ -818,19 +807,9 @@ fn cron_line_quoting_survives_a_hostile_project_path() {
     let dir = base.path().join("it's 100% a $HOME dir");
     std::fs::create_dir_all(&dir).unwrap();
     let lf = |args: &[&str]| {
-        let o = Command::new(bin())
-            .arg("--project")
-            .arg(&dir)
-            .args(args)
-            .env("NO_COLOR", "1")
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        let r = Run::of(loopflow(base.path()).arg("--project").arg(&dir).args(args));
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+        r.stdout
     };
     lf(&["create", "--loop", "q", "--no-worktree"]);
     let text = lf(&["schedule", "print", "--loop", "q", "--platform", "cron"]);
