@@ -3,42 +3,30 @@
 //! text reaching templates and the log; hostile configurations; runaway processes. Each
 //! test drives the real binary with real processes, files and git (README "Security model").
 
-use crate::support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{Project, Run, bin, standard_agent};
+use crate::support::{
+    LoopToml, PipelineToml, Project, Run, assert_log_line, bin, git, standard_agent,
+};
 use serde_json::Value;
 
-/// A loop whose roles run `agent role prompt`; `extra` is appended to loop.toml.
-fn setup(p: &Project, name: &str, agent: &Path, extra: &str) {
-    let r = p.create(name, Some("the task"));
-    assert_eq!(r.code, 0, "{r:?}");
-    p.loop_toml(
-        name,
-        &format!(
-            r#"[brakes]
-max_iterations = 10
-context_tokens = 32000
+/// The loop.toml of these tests: roles run `agent role prompt next_hint current_task`.
+fn security_toml(agent: &Path) -> LoopToml {
+    LoopToml::new().harness_command(
+        agent,
+        &[
+            "{{role}}",
+            "{{prompt}}",
+            "{{next_hint}}",
+            "{{current_task}}",
+        ],
+    )
+}
 
-[harness]
-command = ["{agent}", "{{{{role}}}}", "{{{{prompt}}}}", "{{{{next_hint}}}}", "{{{{current_task}}}}"]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-[worktree]
-enabled = false
-{extra}
-"#,
-            agent = agent.display()
-        ),
-    );
+/// A loop (task "the task") whose roles run `agent role prompt next_hint current_task`.
+fn setup(p: &Project, name: &str, agent: &Path) {
+    p.with_loop(name, &security_toml(agent));
 }
 
 fn tick(p: &Project, name: &str) -> Run {
@@ -86,7 +74,7 @@ fn an_agent_cannot_approve_or_extend_its_own_loop_mid_tick() {
         ),
         FAIL,
     );
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     let r = tick(&p, "x");
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(p.read("rec"), "approve=1\napprove=1\n");
@@ -113,7 +101,7 @@ fn deleting_the_lock_file_mid_tick_lets_no_approval_or_second_tick_in() {
         ),
         FAIL,
     );
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     let r = tick(&p, "x");
     assert_eq!(r.code, 0, "{r:?}");
     let rec = p.read("rec");
@@ -141,12 +129,10 @@ esac"#,
             lf = lf_bin()
         ),
     );
-    setup(&p, "x", &a, "");
-    let toml = p.read(".loopflow/loops/x/loop.toml").replace(
-        "max_iterations = 10\n",
-        "max_iterations = 10\nrun_phases = [\"implement\", \"review\"]\n",
+    p.with_loop(
+        "x",
+        &security_toml(&a).brakes("run_phases = [\"implement\", \"review\"]"),
     );
-    p.loop_toml("x", &toml);
     for i in 1..=2 {
         let r = tick(&p, "x");
         assert_eq!(r.code, 0, "{r:?}");
@@ -181,7 +167,7 @@ fn a_state_file_rewritten_mid_tick_cannot_lower_the_count_or_lift_the_caps() {
         ),
         FAIL,
     );
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     assert_eq!(tick(&p, "x").code, 0);
     assert_eq!(tick(&p, "x").code, 0);
     let before = p.state("x");
@@ -243,7 +229,7 @@ fn a_halt_made_mid_tick_survives_the_agent_erasing_it() {
         ),
         FAIL,
     );
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     let r = tick(&p, "x");
     assert_eq!(r.code, 0, "{r:?}");
     let s = p.state("x");
@@ -281,7 +267,7 @@ fn an_agent_editing_its_own_brakes_or_the_verifier_prompt_mid_tick_halts_the_loo
             ),
             FAIL,
         );
-        setup(&p, "x", &a, "");
+        setup(&p, "x", &a);
         let original = std::fs::read_to_string(&target).expect("file");
         assert!(original.contains(from));
         p.write("replacement", &original.replacen(from, to, 1));
@@ -323,16 +309,7 @@ fn an_agent_resetting_the_abort_counter_still_reaches_harness_failing() {
         ),
         FAIL,
     );
-    setup(&p, "x", &a, "max_consecutive_aborts = 2");
-    // max_consecutive_aborts lives in [brakes]: rewrite loop.toml with it there.
-    let toml = p
-        .read(".loopflow/loops/x/loop.toml")
-        .replace("max_consecutive_aborts = 2\n", "")
-        .replace(
-            "max_iterations = 10\n",
-            "max_iterations = 10\nmax_consecutive_aborts = 2\n",
-        );
-    p.loop_toml("x", &toml);
+    p.with_loop("x", &security_toml(&a).brakes("max_consecutive_aborts = 2"));
     let r1 = tick(&p, "x");
     assert_eq!(r1.json()["outcome"], "abort", "{r1:?}");
     let r2 = tick(&p, "x");
@@ -350,7 +327,7 @@ fn huge_reported_usage_saturates_instead_of_wrapping_the_budget() {
     // sum would reset the budget brake; an infinite cost would be saved as `null`.
     let v = r#"{"pass": false, "score": 0.1, "tokens": 18446744073709551615, "cost_usd": 1e308}"#;
     let a = standard_agent(&p, &[v]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     for _ in 0..3 {
         let r = tick(&p, "x");
         assert_eq!(r.code, 0, "{r:?}");
@@ -378,22 +355,28 @@ fn symlink(target: &Path, link: &Path) {
     std::os::unix::fs::symlink(target, link).expect("symlink");
 }
 
+/// The names in `dir`.
+#[cfg(unix)]
+fn entries(dir: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(dir)
+        .expect("outside")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect()
+}
+
 #[cfg(unix)]
 #[test]
 fn a_symlinked_outputs_dir_is_refused_and_nothing_is_written_through_it() {
     let p = Project::new();
     let outside = Project::new();
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     symlink(outside.path(), &p.loop_dir("x").join("outputs"));
     let r = tick(&p, "x");
     assert_eq!(r.code, 4, "{r:?}");
     assert!(r.stderr.contains("symlink"), "{r:?}");
-    let left: Vec<_> = std::fs::read_dir(outside.path())
-        .expect("outside")
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let left = entries(outside.path());
     assert!(left.is_empty(), "written outside the loop: {left:?}");
     assert_eq!(p.state("x")["iteration_count"], 0);
 }
@@ -413,17 +396,13 @@ fn an_outputs_dir_swapped_for_a_symlink_mid_tick_is_not_written_through() {
         ),
         FAIL,
     );
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     // The tick stops at the next node; recording the abort is refused too (exit 4):
     // the loop directory needs a human before anything more is written.
     let r = tick(&p, "x");
     assert_eq!(r.code, 4, "{r:?}");
     assert!(r.stderr.contains("symlink"), "{r:?}");
-    let left: Vec<_> = std::fs::read_dir(outside.path())
-        .expect("outside")
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let left = entries(outside.path());
     assert!(left.is_empty(), "written outside the loop: {left:?}");
     assert_eq!(p.state("x")["iteration_count"], 0);
 }
@@ -458,7 +437,7 @@ fn output_files_planted_as_symlinks_are_replaced_not_followed() {
         ),
         FAIL,
     );
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     assert_eq!(tick(&p, "x").code, 0);
     let r = tick(&p, "x");
     assert_eq!(r.code, 0, "{r:?}");
@@ -485,7 +464,7 @@ fn a_symlinked_event_log_is_never_appended_through() {
     let outside = Project::new();
     let victim = outside.write("victim", "precious\n");
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     let log = p.loop_dir("x").join(".state.log");
     std::fs::remove_file(&log).expect("rm log");
     symlink(&victim, &log);
@@ -509,7 +488,7 @@ fn a_hard_linked_event_log_is_never_appended_through() {
     let p = Project::new();
     let victim = p.write("victim", "precious\n");
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     let log = p.loop_dir("x").join(".state.log");
     std::fs::remove_file(&log).expect("rm log");
     std::fs::hard_link(&victim, &log).expect("link");
@@ -525,7 +504,7 @@ fn a_symlinked_loop_directory_is_refused() {
     let p = Project::new();
     let outside = Project::new();
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     // The agent moves the loop away and leaves a link: loopflow does not follow it.
     let moved = outside.join("x");
     std::fs::rename(p.loop_dir("x"), &moved).expect("mv");
@@ -547,7 +526,7 @@ fn a_symlinked_state_file_is_replaced_never_written_through() {
     let p = Project::new();
     let outside = Project::new();
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     let state = p.loop_dir("x").join(".state.loop");
     let text = std::fs::read_to_string(&state).expect("state");
     let victim = outside.write("victim.json", &text);
@@ -600,38 +579,8 @@ fn planted_git_hooks_and_fsmonitor_never_run_in_create_or_git_commit() {
     );
 
     let a = tools.script("agent.sh", "echo change >> file.txt");
-    let pipeline = tools.write(
-        "tick.toml",
-        r#"name = "gc"
-[nodes.implement]
-kind = "harness"
-role = "implement"
-[nodes.gc]
-kind = "git-commit"
-needs = ["implement"]
-[nodes.commit]
-kind = "commit"
-needs = ["gc"]
-"#,
-    );
-    p.loop_toml(
-        "x",
-        &format!(
-            r#"pipeline = "{pipeline}"
-[brakes]
-max_iterations = 10
-context_tokens = 32000
-[harness]
-command = ["{a}"]
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[worktree]
-enabled = true
-"#,
-            pipeline = pipeline.display(),
-            a = a.display()
-        ),
-    );
+    let pipeline = tools.write("tick.toml", &gc_pipeline().render());
+    p.loop_toml("x", &gc_toml(&a, &pipeline).render());
     let r = tick(&p, "x");
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(p.state("x")["iteration_count"], 1, "{r:?}");
@@ -639,13 +588,8 @@ enabled = true
         .as_str()
         .expect("worktree")
         .to_string();
-    let log = Command::new("git")
-        .args(["log", "--format=%s", "-1"])
-        .current_dir(&wt)
-        .output()
-        .expect("git log");
-    assert!(log.status.success());
-    assert_ne!(String::from_utf8_lossy(&log.stdout).trim(), "init");
+    let log = git(Path::new(&wt), &["log", "--format=%s", "-1"]);
+    assert_ne!(log.trim(), "init");
     assert!(
         !marker.exists(),
         "ran during git-commit: {}",
@@ -653,50 +597,38 @@ enabled = true
     );
 }
 
-/// A loop in its own worktree whose pipeline is implement → git-commit → commit.
-fn worktree_loop(p: &Project, tools: &Project, agent_body: &str) {
-    let r = p.lf(&["create", "--loop", "x", "--task", "t"]);
-    assert_eq!(r.code, 0, "{r:?}");
+/// The pipeline implement → git-commit → commit.
+fn gc_pipeline() -> PipelineToml {
+    PipelineToml::named("gc")
+        .harness("implement", "implement", &[])
+        .git_commit("gc", &["implement"])
+        .commit("commit", &["gc"])
+}
+
+/// A loop in its own worktree running `pipeline`, whose one role (implement) runs `agent`.
+fn gc_toml(agent: &Path, pipeline: &Path) -> LoopToml {
+    LoopToml::new()
+        .pipeline(pipeline)
+        .harness_command(agent, &[])
+        .roles_only(&["implement"])
+        .worktree(true)
+}
+
+/// Loop `x` (task "t") in its own worktree, whose pipeline is implement → git-commit →
+/// commit; its implementer runs `agent_body`. Returns its loop.toml.
+fn worktree_loop(p: &Project, tools: &Project, agent_body: &str) -> LoopToml {
     let a = tools.script("agent.sh", agent_body);
-    let pipeline = tools.write(
-        "tick.toml",
-        r#"name = "gc"
-[nodes.implement]
-kind = "harness"
-role = "implement"
-[nodes.gc]
-kind = "git-commit"
-needs = ["implement"]
-[nodes.commit]
-kind = "commit"
-needs = ["gc"]
-"#,
-    );
-    p.loop_toml(
-        "x",
-        &format!(
-            r#"pipeline = "{pipeline}"
-[brakes]
-max_iterations = 10
-context_tokens = 32000
-[harness]
-command = ["{a}"]
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[worktree]
-enabled = true
-"#,
-            pipeline = pipeline.display(),
-            a = a.display()
-        ),
-    );
+    let pipeline = tools.write("tick.toml", &gc_pipeline().render());
+    let toml = gc_toml(&a, &pipeline);
+    p.with_loop_task("x", Some("t"), &toml);
+    toml
 }
 
 #[test]
 fn brakes_hold_even_for_a_pipeline_without_a_gate_node() {
     let p = Project::git();
     let tools = Project::new();
-    worktree_loop(
+    let toml = worktree_loop(
         &p,
         &tools,
         &format!("echo ran >> \"{}\"", tools.join("ran").display()),
@@ -709,10 +641,7 @@ fn brakes_hold_even_for_a_pipeline_without_a_gate_node() {
     assert!(!tools.join("ran").exists(), "the agent ran while halted");
     assert_eq!(p.state("x")["iteration_count"], 0);
     // The iteration cap holds too.
-    let toml = p
-        .read(".loopflow/loops/x/loop.toml")
-        .replace("max_iterations = 10", "max_iterations = 1");
-    p.loop_toml("x", &toml);
+    p.loop_toml("x", &toml.brakes("max_iterations = 1").render());
     assert_eq!(p.lf(&["approve", "--loop", "x"]).code, 0);
     for _ in 0..3 {
         let r = tick(&p, "x");
@@ -790,41 +719,14 @@ esac"#,
     let task = "{{loop}}\nline two $(id) `id` {{> partial}}";
     let r = p.lf(&["create", "--loop", "x", "--no-worktree", "--task", task]);
     assert_eq!(r.code, 0, "{r:?}");
-    let setup_toml = |p: &Project| {
-        p.loop_toml(
-            "x",
-            &format!(
-                r#"[brakes]
-max_iterations = 10
-context_tokens = 32000
-[harness]
-command = ["{a}", "{{{{role}}}}", "{{{{prompt}}}}", "{{{{next_hint}}}}", "{{{{current_task}}}}"]
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-[worktree]
-enabled = false
-"#,
-                a = a.display()
-            ),
-        );
-    };
-    setup_toml(&p);
+    p.loop_toml("x", &security_toml(&a).render());
     assert_eq!(tick(&p, "x").code, 0);
     let r = tick(&p, "x");
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(p.read("hint.2"), hint);
     assert_eq!(p.read("task.1"), task);
     assert_eq!(p.read("task.2"), task);
-    let prompt = std::fs::read_to_string(
-        p.loop_dir("x")
-            .join("outputs")
-            .join("2-implement.prompt.md"),
-    )
-    .expect("prompt");
+    let prompt = p.output("x", "2-implement.prompt.md");
     assert!(prompt.contains(hint), "{prompt}");
     assert!(prompt.contains(reason), "{prompt}");
     assert!(prompt.contains(task), "{prompt}");
@@ -844,17 +746,7 @@ fn assert_log_lines_whole(p: &Project, name: &str) -> String {
         assert!(!raw.contains(c), "log holds {c:?}: {raw}");
     }
     for l in raw.lines() {
-        let (ts, rest) = l.split_once(' ').expect("time");
-        assert!(
-            ts.len() == 20 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
-            "{l}"
-        );
-        assert!(
-            rest.split(' ')
-                .next()
-                .is_some_and(|e| e.chars().all(|c| c.is_ascii_uppercase() || c == '_')),
-            "{l}"
-        );
+        assert_log_line(l);
     }
     raw
 }
@@ -863,7 +755,7 @@ fn assert_log_lines_whole(p: &Project, name: &str) -> String {
 fn reasons_and_notes_cannot_forge_log_lines() {
     let p = Project::new();
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     let forge = "ok\n2026-01-01T00:00:00Z TICK pass=true score=1.0 iter=99";
     for sep in [
         "\n", "\r", "\u{b}", "\u{c}", "\u{85}", "\u{2028}", "\u{2029}", "\u{1e}",
@@ -908,10 +800,7 @@ fn a_hostile_verdict_and_task_keep_the_log_one_event_per_line() {
 }
 
 fn setup_existing(p: &Project, name: &str, agent: &Path) {
-    p.loop_toml(
-        name,
-        &support::loop_toml_text(agent, "max_iterations = 10\ncontext_tokens = 32000", ""),
-    );
+    p.loop_toml(name, &LoopToml::new().harness_agent(agent).render());
 }
 
 #[test]
@@ -966,14 +855,8 @@ fn status_and_log_never_send_terminal_escapes_an_agent_planted() {
 /// Runs `loopflow ARGS` under `timeout` (a generous bound against hangs, not a timed
 /// assertion) and returns its exit code; a death by signal fails the test.
 fn lf_bounded(p: &Project, args: &[&str]) -> i32 {
-    let out = Command::new("timeout")
-        .args(["-s", "KILL", "600"])
-        .arg(bin())
-        .arg("--project")
-        .arg(p.path())
-        .args(args)
-        .current_dir(p.path())
-        .env("NO_COLOR", "1")
+    let out = p
+        .lf_cmd_via(&["timeout", "-s", "KILL", "600"], args)
         .output()
         .expect("timeout");
     let code = out.status.code();
@@ -1028,49 +911,40 @@ fn a_diagnostic_far_along_a_long_line_is_rendered_not_a_panic() {
     );
 }
 
+/// `name = NAME` and gates `n0` … `n<len-1>`, each needing the one before.
+fn gate_chain(name: &str, len: usize) -> PipelineToml {
+    let mut chain = PipelineToml::named(name);
+    for i in 0..len {
+        let before = format!("n{}", i.max(1) - 1);
+        let needs: &[&str] = if i > 0 { &[&before] } else { &[] };
+        chain = chain.node(&format!("n{i}"), "gate", needs);
+    }
+    chain
+}
+
 #[test]
 fn a_huge_pipeline_and_a_long_cycle_are_checked_in_bounded_time() {
     let p = Project::new();
     // 100 000 nodes in a chain.
-    let n = 100_000;
-    let mut chain = String::from("name = \"big\"\n");
-    for i in 0..n {
-        chain.push_str(&format!("[nodes.n{i}]\nkind = \"gate\"\n"));
-        if i > 0 {
-            chain.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
-        }
-    }
-    let f = p.write("big.toml", &chain);
+    let chain = gate_chain("big", 100_000);
+    let f = p.write("big.toml", &chain.render());
     let code = lf_bounded(&p, &["check", &f.display().to_string()]);
     assert_eq!(code, 3, "more than 10 000 nodes is refused");
     let code = lf_bounded(&p, &["graph", &f.display().to_string()]);
     assert!(code == 3 || code == 0, "exit {code}");
     // 10 000 in a chain is accepted (deep enough to overflow a recursive search).
     let n = 9_999;
-    let mut chain = String::from("name = \"chain\"\n");
-    for i in 0..n {
-        chain.push_str(&format!("[nodes.n{i}]\nkind = \"gate\"\n"));
-        if i > 0 {
-            chain.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
-        }
-    }
-    chain.push_str(&format!(
-        "[nodes.commit]\nkind = \"commit\"\nneeds = [\"n{}\"]\n",
-        n - 1
-    ));
-    let f = p.write("chain.toml", &chain);
+    let chain = gate_chain("chain", n).commit("commit", &[&format!("n{}", n - 1)]);
+    let f = p.write("chain.toml", &chain.render());
     let code = lf_bounded(&p, &["check", &f.display().to_string()]);
     assert!(code == 3 || code == 0, "exit {code}");
     // A needs-cycle of length 10 000.
     let n = 10_000;
-    let mut cycle = String::from("name = \"cycle\"\n");
+    let mut cycle = PipelineToml::named("cycle");
     for i in 0..n {
-        cycle.push_str(&format!(
-            "[nodes.n{i}]\nkind = \"gate\"\nneeds = [\"n{}\"]\n",
-            (i + 1) % n
-        ));
+        cycle = cycle.node(&format!("n{i}"), "gate", &[&format!("n{}", (i + 1) % n)]);
     }
-    let f = p.write("cycle.toml", &cycle);
+    let f = p.write("cycle.toml", &cycle.render());
     let code = lf_bounded(&p, &["check", &f.display().to_string()]);
     assert_eq!(code, 3);
 }
@@ -1092,17 +966,16 @@ fn deeply_nested_templates_are_an_error_not_a_crash() {
     for (i, t) in [nested, subexpr].iter().enumerate() {
         let f = p.write(
             &format!("t{i}.toml"),
-            &format!(
-                "name = \"t\"\n[nodes.c]\nkind = \"command\"\nargv = [\"echo\", {}]\n",
-                serde_json::to_string(t).expect("json")
-            ),
+            &PipelineToml::named("t")
+                .command("c", &["echo", t], &[])
+                .render(),
         );
         let code = lf_bounded(&p, &["check", &f.display().to_string()]);
         assert!(code == 3 || code == 0, "exit {code}");
     }
     // The same in a prompt, rendered at tick time.
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     p.write(
         ".loopflow/loops/x/prompts/loop-implement.md",
         &"{{#if loop}}".repeat(depth),
@@ -1117,7 +990,7 @@ fn deeply_nested_templates_are_an_error_not_a_crash() {
 fn a_huge_state_or_config_file_does_not_crash() {
     let p = Project::new();
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     // 8 MiB of one comment line in loop.toml is read; 32 MiB is refused, not loaded.
     let toml = p.read(".loopflow/loops/x/loop.toml");
     p.loop_toml("x", &format!("#{}\n{toml}", "x".repeat(8 << 20)));
@@ -1169,20 +1042,17 @@ fn a_prompt_outside_the_loop_is_read_never_written() {
     let outside = Project::new();
     let prompt = outside.write("prompt.md", "outside prompt for {{loop}}\n");
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
-    let toml = p.read(".loopflow/loops/x/loop.toml").replace(
-        "prompt = \"prompts/loop-implement.md\"",
-        &format!("prompt = \"{}\"", prompt.display()),
+    p.with_loop(
+        "x",
+        &security_toml(&a).role_prompt("implement", &prompt.display().to_string()),
     );
-    p.loop_toml("x", &toml);
     let r = tick(&p, "x");
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         std::fs::read_to_string(&prompt).expect("prompt"),
         "outside prompt for {{loop}}\n"
     );
-    let rendered = std::fs::read_to_string(p.loop_dir("x").join("outputs/1-implement.prompt.md"))
-        .expect("rendered");
+    let rendered = p.output("x", "1-implement.prompt.md");
     assert_eq!(rendered, "outside prompt for x\n");
 }
 
@@ -1193,7 +1063,7 @@ fn can_edit_sees_through_symlinked_parent_directories() {
     let outside = Project::new();
     outside.write("secret/file", "x");
     let a = standard_agent(&p, &[FAIL]);
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     std::fs::create_dir_all(p.join("src")).expect("mkdir");
     symlink(&outside.join("secret"), &p.join("src/link"));
     symlink(&p.join(".git-not"), &p.join("src/dangling"));
@@ -1224,12 +1094,10 @@ fn an_agent_that_closes_its_output_or_ignores_term_is_stopped() {
         r#"exec >&- 2>&-; trap '' TERM; sleep 600 & wait; sleep 600"#,
         FAIL,
     );
-    setup(&p, "x", &a, "");
-    let toml = p.read(".loopflow/loops/x/loop.toml").replace(
-        "[roles.implement]\n",
-        "[roles.implement]\ntimeout = \"1s\"\n",
+    p.with_loop(
+        "x",
+        &security_toml(&a).role("implement", "timeout = \"1s\""),
     );
-    p.loop_toml("x", &toml);
     let code = lf_bounded(&p, &["run", "--loop", "x", "--json"]);
     assert_eq!(code, 0);
     assert_eq!(p.state("x")["iteration_count"], 0);
@@ -1256,7 +1124,7 @@ fn a_setsid_escape_does_not_hold_the_tick() {
         ),
         FAIL,
     );
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     let code = lf_bounded(&p, &["run", "--loop", "x"]);
     assert_eq!(code, 0);
     assert_eq!(p.state("x")["iteration_count"], 1);
@@ -1273,14 +1141,8 @@ fn a_setsid_escape_does_not_hold_the_tick() {
 /// sees an early peak). A bound against hangs, not a timed assertion: 600 s, then KILL.
 #[cfg(target_os = "linux")]
 fn lf_peak(p: &Project, args: &[&str]) -> (Option<i32>, u64) {
-    let mut child = Command::new("prlimit")
-        .arg(format!("--as={}", 2u64 << 30))
-        .arg(bin())
-        .arg("--project")
-        .arg(p.path())
-        .args(args)
-        .current_dir(p.path())
-        .env("NO_COLOR", "1")
+    let mut child = p
+        .lf_cmd_via(&["prlimit", &format!("--as={}", 2u64 << 30)], args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -1327,28 +1189,12 @@ rm -f "$o.stdout"; ln -s /dev/zero "$o.stdout"
 rm -f "$2"; ln -s /dev/zero "$2"
 if [ "$1" = implement ]; then ln -sf /dev/zero zero-link; mkfifo fifo; fi"#,
     );
-    let r = p.create("x", Some("t"));
-    assert_eq!(r.code, 0, "{r:?}");
-    p.loop_toml(
+    p.with_loop_task(
         "x",
-        &format!(
-            r#"[brakes]
-max_iterations = 10
-context_tokens = 32000
-[harness]
-command = ["{a}", "{{{{role}}}}", "{{{{output}}}}"]
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-cache = true
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-[worktree]
-enabled = false
-"#,
-            a = a.display()
-        ),
+        Some("t"),
+        &LoopToml::new()
+            .harness_command(&a, &["{{role}}", "{{output}}"])
+            .role("verify", "cache = true"),
     );
     let (code, peak) = lf_peak(&p, &["run", "--loop", "x", "--json"]);
     assert_eq!(code, Some(0));
@@ -1375,7 +1221,7 @@ esac"#,
             v = p.join("verdict.json").display()
         ),
     );
-    setup(&p, "x", &a, "");
+    setup(&p, "x", &a);
     let (code, peak) = lf_peak(&p, &["run", "--loop", "x", "--json"]);
     assert_eq!(code, Some(0));
     assert!(peak < PEAK_KIB, "peak resident memory {peak} KiB");
