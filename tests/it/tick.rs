@@ -1,45 +1,16 @@
 //! The tick end to end (the seed's R7 list, translated, plus the tick issue's extras),
 //! driving the real binary with fake-agent scripts in temp dirs.
 
-use crate::support;
-
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::support::{Project, bin, loop_toml_text, standard_agent};
+use crate::support::{
+    LoopToml, Project, Run, assert_log_line, bin, count, has, loopflow, standard_agent,
+    wait_for_file, wait_or_kill, wait_until,
+};
 use serde_json::Value;
 
 const PASS_09: &str = r#"{"pass": true, "score": 0.9}"#;
-
-/// The loop's log events without timestamps, minus the `CREATE` line `create` writes.
-fn events(p: &Project, name: &str) -> Vec<String> {
-    p.events(name)
-        .into_iter()
-        .filter(|e| !e.starts_with("CREATE "))
-        .collect()
-}
-
-fn count(events: &[String], line: &str) -> usize {
-    events.iter().filter(|e| e.as_str() == line).count()
-}
-
-fn has(events: &[String], line: &str) -> bool {
-    count(events, line) > 0
-}
-
-/// Waits (generously) until `path` exists; panics after two minutes.
-fn wait_for(path: &Path) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 // ---- R7 1: a passing tick -------------------------------------------------------------
 
@@ -57,7 +28,10 @@ fn tick_pass_advances_and_logs() {
     assert_eq!(s["score_history"], serde_json::json!([0.9]));
     assert!(s["last_tick_at"].as_str().is_some_and(|t| t.ends_with('Z')));
     assert!(s["halt"].is_null(), "{s}");
-    assert_eq!(events(&p, "l"), vec!["TICK pass=true score=0.9 iter=1"]);
+    assert_eq!(
+        p.events_after_create("l"),
+        vec!["TICK pass=true score=0.9 iter=1"]
+    );
     // R7 13: implement → verify → orchestrate, once each.
     assert_eq!(
         p.read("calls.log"),
@@ -78,7 +52,7 @@ fn halted_loop_skips_without_advancing() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(p.state("l")["iteration_count"], 0);
     assert_eq!(
-        events(&p, "l"),
+        p.events_after_create("l"),
         vec!["HALT paused", "SKIP reason=halted:paused"]
     );
     assert!(!p.join("calls.log").exists(), "no agent may run");
@@ -94,7 +68,7 @@ fn untracked_loop_dir_skips_cleanly() {
     std::fs::remove_file(p.loop_dir("l").join(".state.loop")).unwrap();
     let r = p.lf(&["run", "--loop", "l"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(events(&p, "l"), vec!["SKIP reason=untracked"]);
+    assert_eq!(p.events_after_create("l"), vec!["SKIP reason=untracked"]);
     assert!(
         !p.loop_dir("l").join(".state.loop").exists(),
         "run must not invent a state file"
@@ -108,23 +82,22 @@ fn untracked_loop_dir_skips_cleanly() {
 fn no_current_task_skips() {
     let p = Project::new();
     let agent = standard_agent(&p, &[PASS_09]);
-    assert_eq!(p.create("l", None).code, 0);
-    p.loop_toml(
-        "l",
-        &loop_toml_text(&agent, "max_iterations = 10\ncontext_tokens = 32000", ""),
-    );
+    p.with_loop_task("l", None, &LoopToml::new().harness_agent(&agent));
     let r = p.lf(&["run", "--loop", "l", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.json()["outcome"], "skip");
     assert_eq!(r.json()["reason"], "no_current_task");
-    assert_eq!(events(&p, "l"), vec!["SKIP reason=no_current_task"]);
+    assert_eq!(
+        p.events_after_create("l"),
+        vec!["SKIP reason=no_current_task"]
+    );
     assert!(p.state("l")["current_task"].is_null());
     assert_eq!(p.state("l")["iteration_count"], 0);
 }
 
 // ---- R7 5 + extras: verdict parsing ------------------------------------------------------
 
-fn one_tick_with_verdict(verdict: &str) -> (Project, support::Run) {
+fn one_tick_with_verdict(verdict: &str) -> (Project, Run) {
     let p = Project::new();
     let agent = p.script(
         "agent.sh",
@@ -150,7 +123,7 @@ fn assert_unparseable(verdict: &str) {
     assert!(s["last_verdict"].is_null());
     assert_eq!(s["score_history"], serde_json::json!([]));
     assert_eq!(s["halt"]["reason"], "verifier_failed:unparseable");
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev.len(), 1, "{ev:?}");
     assert!(
         ev[0].starts_with("HALT verifier_failed:unparseable"),
@@ -192,7 +165,7 @@ fn fenced_and_commented_verdicts_parse() {
         let (p, r) = one_tick_with_verdict(text);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(
-            events(&p, "l"),
+            p.events_after_create("l"),
             vec![format!("TICK pass={pass} score={score} iter=1")],
             "{text}"
         );
@@ -218,7 +191,7 @@ fn score_history_is_capped_and_plateau_halts() {
     assert_eq!(s["score_history"], serde_json::json!([0.4, 0.4, 0.4]));
     assert_eq!(s["iteration_count"], 4);
     assert_eq!(s["halt"]["reason"], "verifier_failed:score_plateau");
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(
         ev[..4],
         [
@@ -313,7 +286,7 @@ fn daemon_runs_n_ticks_and_stops() {
         "3",
     ]);
     assert_eq!(r.code, 0, "{r:?}");
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(
         ev,
         [
@@ -331,23 +304,18 @@ fn daemon_stops_on_sigterm() {
     let p = Project::new();
     let agent = standard_agent(&p, &[r#"{"pass": false, "score": 0.1}"#]);
     p.agent_loop("l", &agent, "score_plateau_window = 50");
-    let mut child = p
-        .lf_cmd(&["daemon", "--loop", "l", "--interval", "3600"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = p.lf_spawn(&["daemon", "--loop", "l", "--interval", "3600"]);
     // The first tick runs at once; then the daemon sleeps for an hour.
-    let start = Instant::now();
-    while !events(&p, "l").iter().any(|e| e.starts_with("TICK")) {
-        assert!(start.elapsed() < Duration::from_secs(120));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("the first tick", || {
+        p.events_after_create("l")
+            .iter()
+            .any(|e| e.starts_with("TICK"))
+    });
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
     assert_eq!(
-        events(&p, "l"),
+        p.events_after_create("l"),
         ["TICK pass=false score=0.1 iter=1", "DAEMON_STOPPED ticks=1"]
     );
 }
@@ -358,12 +326,7 @@ fn daemon_stops_on_sigterm() {
 fn context_floor_halts_before_any_agent() {
     let p = Project::new();
     let agent = standard_agent(&p, &[PASS_09]);
-    p.agent_loop_with(
-        "l",
-        &agent,
-        "max_iterations = 10\ncontext_tokens = 8000",
-        "",
-    );
+    p.agent_loop("l", &agent, "context_tokens = 8000");
     let r = p.lf(&["run", "--loop", "l", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.json()["reason"], "human_intervention:context_below_floor");
@@ -373,7 +336,7 @@ fn context_floor_halts_before_any_agent() {
         "human_intervention:context_below_floor"
     );
     assert_eq!(s["iteration_count"], 0);
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev.len(), 1);
     assert!(
         ev[0].starts_with("HALT human_intervention:context_below_floor"),
@@ -387,11 +350,10 @@ fn context_floor_uses_min_context_tokens_and_detection() {
     let p = Project::new();
     let agent = standard_agent(&p, &[PASS_09]);
     // Above the hard floor but below the loop's own floor.
-    p.agent_loop_with(
+    p.agent_loop(
         "l",
         &agent,
-        "max_iterations = 10\ncontext_tokens = 20000\nmin_context_tokens = 32000",
-        "",
+        "context_tokens = 20000\nmin_context_tokens = 32000",
     );
     p.lf(&["run", "--loop", "l"]);
     assert_eq!(
@@ -399,7 +361,12 @@ fn context_floor_uses_min_context_tokens_and_detection() {
         "human_intervention:context_below_floor"
     );
     // No override: detection from the environment decides.
-    p.agent_loop_with("m", &agent, "max_iterations = 10", "");
+    p.with_loop(
+        "m",
+        &LoopToml::new()
+            .harness_agent(&agent)
+            .brakes_only("max_iterations = 10"),
+    );
     let r = p.lf_env(
         &["run", "--loop", "m"],
         &[("LOOPFLOW_CONTEXT_TOKENS", "4096")],
@@ -484,31 +451,25 @@ fn harness_argv_reaches_the_agent_verbatim() {
     let p = Project::new();
     p.write("verdicts", "{\"pass\": false, \"score\": 0.2}\n");
     let agent = argv_agent(&p);
-    assert_eq!(
-        p.create("l", Some("fix the \"parser\"; $(rm -rf /)")).code,
-        0
+    p.with_loop_task(
+        "l",
+        Some("fix the \"parser\"; $(rm -rf /)"),
+        &LoopToml::new().harness_command(
+            &agent,
+            &[
+                "{{role}}",
+                "--prompt-file",
+                "{{prompt}}",
+                "--cwd",
+                "{{cwd}}",
+                "--out={{output}}",
+                "it's \"quoted\" $(touch pwned); x",
+                "{{current_task}}",
+                "{{iteration}}:{{loop}}:{{current_phase}}",
+                "",
+            ],
+        ),
     );
-    let toml = format!(
-        r#"[brakes]
-max_iterations = 10
-context_tokens = 32000
-
-[harness]
-command = ["{agent}", "{{{{role}}}}", "--prompt-file", "{{{{prompt}}}}", "--cwd", "{{{{cwd}}}}", "--out={{{{output}}}}", "it's \"quoted\" $(touch pwned); x", "{{{{current_task}}}}", "{{{{iteration}}}}:{{{{loop}}}}:{{{{current_phase}}}}", ""]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-[worktree]
-enabled = false
-"#,
-        agent = agent.display()
-    );
-    p.loop_toml("l", &toml);
     let r = p.lf(&["run", "--loop", "l"]);
     assert_eq!(r.code, 0, "{r:?}");
     let outputs = p.loop_dir("l").join("outputs");
@@ -616,13 +577,8 @@ fn concurrent_runs_one_ticks_one_skips_locked() {
     std::fs::remove_file(p.join("calls.log")).unwrap();
     // The warm-up tick left its own marker; wait for the new tick's, not that one.
     std::fs::remove_file(p.join("started")).unwrap();
-    let first = p
-        .lf_cmd(&["run", "--loop", "l"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for(&p.join("started"));
+    let first = p.lf_spawn(&["run", "--loop", "l"]);
+    wait_for_file(&p.join("started"));
     let second = p.lf(&["run", "--loop", "l", "--json"]);
     assert_eq!(second.code, 0, "{second:?}");
     assert_eq!(second.json()["outcome"], "skip");
@@ -634,7 +590,7 @@ fn concurrent_runs_one_ticks_one_skips_locked() {
     p.write("release", "");
     let out = first.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0));
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(count(&ev, "TICK pass=false score=0.3 iter=2"), 1, "{ev:?}");
     assert_eq!(count(&ev, "SKIP reason=locked"), 1, "{ev:?}");
     assert_eq!(ev.len(), 3, "{ev:?}");
@@ -676,7 +632,11 @@ exit 0"#,
     let s = p.state("l");
     assert_eq!(s["extra_iterations"], 0);
     assert_eq!(s["approvals"], serde_json::json!([]));
-    assert!(!events(&p, "l").iter().any(|e| e.starts_with("APPROVE")));
+    assert!(
+        !p.events_after_create("l")
+            .iter()
+            .any(|e| e.starts_with("APPROVE"))
+    );
     // After the tick, a human may.
     assert_eq!(p.lf(&["halt", "--loop", "l", "--reason", "review"]).code, 0);
     let r = p.lf(&[
@@ -695,10 +655,10 @@ exit 0"#,
     assert_eq!(s["approvals"][0]["note"], "looks fine");
     assert_eq!(s["approvals"][0]["cleared"], "review");
     assert!(
-        events(&p, "l")
+        p.events_after_create("l")
             .contains(&"APPROVE by=alice note=\"looks fine\" cleared=review".to_string()),
         "{:?}",
-        events(&p, "l")
+        p.events_after_create("l")
     );
 }
 
@@ -714,23 +674,25 @@ fn next_hint_reaches_argv_verbatim_and_is_never_run() {
     std::fs::create_dir(p.join("x")).unwrap();
     p.write("x/keep", "keep");
     let agent = argv_agent(&p);
-    p.agent_loop("l", &agent, "");
     // The orchestrate role gets its own argv carrying the hint and the verdict.
-    let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml"))
-        .unwrap()
-        .replace(
-            "[roles.orchestrate]\nprompt = \"prompts/loop-orchestrate.md\"",
-            &format!(
-                "[roles.orchestrate]\nprompt = \"prompts/loop-orchestrate.md\"\ncommand = [\"{}\", \"orchestrate\", \"--hint={{{{next_hint}}}}\", \"{{{{verdict}}}}\"]",
-                agent.display()
-            ),
-        );
-    p.loop_toml("l", &toml);
+    p.with_loop(
+        "l",
+        &LoopToml::new().harness_agent(&agent).role_command(
+            "orchestrate",
+            &agent,
+            &["orchestrate", "--hint={{next_hint}}", "{{verdict}}"],
+        ),
+    );
     for _ in 0..2 {
         let r = p.lf(&["run", "--loop", "l"]);
         assert_eq!(r.code, 0, "{r:?}");
     }
-    assert_eq!(p.state("l")["iteration_count"], 2, "{:?}", events(&p, "l"));
+    assert_eq!(
+        p.state("l")["iteration_count"],
+        2,
+        "{:?}",
+        p.events_after_create("l")
+    );
     // Tick 1: no last verdict yet, so the hint is empty; the verdict is this tick's.
     let a1 = argv_of(&p, "orchestrate", 1);
     assert_eq!(a1[1], "--hint=");
@@ -744,8 +706,7 @@ fn next_hint_reaches_argv_verbatim_and_is_never_run() {
     assert_eq!(v2["next_hint"], hint);
     assert_eq!(v2["reasons"][0], "$(touch pwned3)");
     // The implement prompt of tick 2 shows the hint as text, unescaped.
-    let prompt =
-        std::fs::read_to_string(p.loop_dir("l").join("outputs/2-implement.prompt.md")).unwrap();
+    let prompt = p.output("l", "2-implement.prompt.md");
     assert!(prompt.contains(hint), "{prompt}");
     assert!(prompt.contains("$(touch pwned3)"), "{prompt}");
     for f in ["pwned", "pwned2", "pwned3"] {
@@ -787,16 +748,11 @@ fn iterations_exhausted_halts_once_then_skips_and_extend_allows_more() {
     let verdicts = [v("0.1"), v("0.2"), v("0.3"), v("0.4")];
     let refs: Vec<&str> = verdicts.iter().map(String::as_str).collect();
     let agent = standard_agent(&p, &refs);
-    p.agent_loop_with(
-        "l",
-        &agent,
-        "max_iterations = 2\ncontext_tokens = 32000",
-        "",
-    );
+    p.agent_loop("l", &agent, "max_iterations = 2");
     for _ in 0..4 {
         assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
     }
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev.len(), 4, "{ev:?}");
     assert_eq!(ev[0], "TICK pass=false score=0.1 iter=1");
     assert_eq!(ev[1], "TICK pass=false score=0.2 iter=2");
@@ -809,7 +765,7 @@ fn iterations_exhausted_halts_once_then_skips_and_extend_allows_more() {
     for _ in 0..3 {
         assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
     }
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(
         ev[4],
         "APPROVE by=bob cleared=iterations_exhausted extend=2"
@@ -859,7 +815,7 @@ fn halt_gate_can_continue_and_transition() {
     assert_eq!(g["reason"], "halted:needs review");
     assert_eq!(p.state("l")["halt"]["reason"], "needs review");
     assert_eq!(p.lf(&["can-continue", "--loop", "l"]).code, 1);
-    assert!(has(&events(&p, "l"), "HALT needs review"));
+    assert!(has(&p.events_after_create("l"), "HALT needs review"));
     assert_eq!(p.lf(&["approve", "--loop", "l"]).code, 0);
     assert_eq!(p.lf(&["can-continue", "--loop", "l"]).code, 0);
 
@@ -869,7 +825,7 @@ fn halt_gate_can_continue_and_transition() {
     assert_eq!(p.lf(&["can-continue", "--loop", "l"]).code, 1);
     let r = p.lf(&["run", "--loop", "l"]);
     assert_eq!(r.code, 0, "{r:?}");
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev.last().unwrap(), "SKIP reason=phase:review");
     assert!(has(&ev, "TRANSITION from=implement to=review"), "{ev:?}");
     assert_eq!(p.state("l")["iteration_count"], 0);
@@ -921,7 +877,7 @@ fn goal_met_commits_then_halts() {
     assert_eq!(r.json()["outcome"], "halt");
     assert_eq!(r.json()["reason"], "goal_met");
     assert_eq!(r.json()["iteration"], 2);
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(
         ev,
         [
@@ -936,7 +892,7 @@ fn goal_met_commits_then_halts() {
     assert_eq!(s["halt"]["iteration"], 2);
     assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
     assert_eq!(
-        events(&p, "l").last().unwrap(),
+        p.events_after_create("l").last().unwrap(),
         "SKIP reason=halted:goal_met"
     );
 }
@@ -1000,21 +956,8 @@ fn status_json_shape() {
 // ---- Paths handed to agents ------------------------------------------------------------
 
 /// Runs the binary from `cwd` with `--project <project>` given as is (maybe relative).
-fn lf_from(cwd: &Path, project: &str, args: &[&str]) -> support::Run {
-    let o = std::process::Command::new(bin())
-        .arg("--project")
-        .arg(project)
-        .args(args)
-        .current_dir(cwd)
-        .env("NO_COLOR", "1")
-        .env_remove("LOOPFLOW_CONTEXT_TOKENS")
-        .output()
-        .unwrap();
-    support::Run {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+fn lf_from(cwd: &Path, project: &str, args: &[&str]) -> Run {
+    Run::of(loopflow(cwd).arg("--project").arg(project).args(args))
 }
 
 /// An agent that records, per role, its working directory, whether its prompt argument
@@ -1031,40 +974,25 @@ exit 0"#,
     )
 }
 
-fn where_toml(agent: &Path, worktree: bool) -> String {
-    format!(
-        r#"[brakes]
-max_iterations = 10
-context_tokens = 32000
-
-[harness]
-command = ["{agent}", "{{{{role}}}}", "{{{{prompt}}}}", "{{{{cwd}}}}"]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-[worktree]
-enabled = {worktree}
-"#,
-        agent = agent.display()
-    )
+fn where_toml(agent: &Path, worktree: bool) -> LoopToml {
+    LoopToml::new()
+        .harness_command(agent, &["{{role}}", "{{prompt}}", "{{cwd}}"])
+        .worktree(worktree)
 }
 
 #[test]
 fn a_relative_project_still_gives_agents_absolute_paths() {
     let p = Project::new();
     let agent = where_agent(&p);
-    assert_eq!(p.create("l", Some("t")).code, 0);
-    p.loop_toml("l", &where_toml(&agent, false));
+    p.with_loop_task("l", Some("t"), &where_toml(&agent, false));
     let parent = p.path().parent().unwrap();
     let rel = p.path().file_name().unwrap().to_str().unwrap();
     let r = lf_from(parent, rel, &["run", "--loop", "l"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(events(&p, "l"), ["TICK pass=false score=0.2 iter=1"]);
+    assert_eq!(
+        p.events_after_create("l"),
+        ["TICK pass=false score=0.2 iter=1"]
+    );
     let real = p.path().canonicalize().unwrap();
     for role in ["implement", "verify", "orchestrate"] {
         let w = p.read(&format!("where-{role}.txt"));
@@ -1087,12 +1015,15 @@ fn a_worktree_loop_created_from_its_repo_runs_from_anywhere() {
     // `loopflow create` as a user types it, in the repository, with the default project.
     let r = lf_from(p.path(), ".", &["create", "--loop", "l", "--task", "t"]);
     assert_eq!(r.code, 0, "{r:?}");
-    p.loop_toml("l", &where_toml(&agent, true));
+    p.loop_toml("l", &where_toml(&agent, true).render());
     // A scheduler runs it with an absolute project from somewhere else.
     let project = p.path().display().to_string();
     let r = lf_from(Path::new("/"), &project, &["run", "--loop", "l"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(events(&p, "l"), ["TICK pass=false score=0.2 iter=1"]);
+    assert_eq!(
+        p.events_after_create("l"),
+        ["TICK pass=false score=0.2 iter=1"]
+    );
     let wt = p.loop_dir("l").join("worktree").canonicalize().unwrap();
     let w = p.read("where-implement.txt");
     assert!(w.contains(&format!("pwd={}\n", wt.display())), "{w}");
@@ -1130,7 +1061,7 @@ exit 0"#,
     assert_eq!(s["halt"]["reason"], "human_intervention:needs_review");
     assert_eq!(s["last_verdict"]["score"], 0.7);
     assert_eq!(
-        events(&p, "l"),
+        p.events_after_create("l"),
         [
             "TRANSITION from=implement to=review",
             "HALT human_intervention:needs_review",
@@ -1139,7 +1070,7 @@ exit 0"#,
     );
     assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
     assert_eq!(
-        events(&p, "l").last().unwrap(),
+        p.events_after_create("l").last().unwrap(),
         "SKIP reason=halted:human_intervention:needs_review"
     );
 }
@@ -1159,7 +1090,7 @@ fn budget_exhausted_halts_at_the_gate() {
     for _ in 0..3 {
         assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
     }
-    let ev = events(&p, "l");
+    let ev = p.events_after_create("l");
     assert_eq!(ev.len(), 3, "{ev:?}");
     assert_eq!(ev[1], "TICK pass=false score=0.5 iter=2");
     assert!(ev[2].starts_with("HALT budget_exhausted:usd"), "{ev:?}");
@@ -1185,27 +1116,19 @@ fn artifact_carries_implement_output_to_the_verifier() {
 esac
 exit 0"#,
     );
-    p.agent_loop("l", &agent, "");
-    let toml = std::fs::read_to_string(p.loop_dir("l").join("loop.toml"))
-        .unwrap()
-        .replace(
-            "[roles.implement]\nprompt = \"prompts/loop-implement.md\"",
-            &format!(
-                "[roles.implement]\nprompt = \"prompts/loop-implement.md\"\ncommand = [\"{a}\", \"implement\", \"{{{{output}}}}\"]",
-                a = agent.display()
-            ),
-        )
-        .replace(
-            "[roles.verify]\nprompt = \"prompts/loop-verifier.md\"",
-            &format!(
-                "[roles.verify]\nprompt = \"prompts/loop-verifier.md\"\ncommand = [\"{a}\", \"verify\", \"{{{{artifact}}}}\"]",
-                a = agent.display()
-            ),
-        );
-    p.loop_toml("l", &toml);
+    p.with_loop(
+        "l",
+        &LoopToml::new()
+            .harness_agent(&agent)
+            .role_command("implement", &agent, &["implement", "{{output}}"])
+            .role_command("verify", &agent, &["verify", "{{artifact}}"]),
+    );
     let r = p.lf(&["run", "--loop", "l"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(events(&p, "l"), ["TICK pass=true score=0.65 iter=1"]);
+    assert_eq!(
+        p.events_after_create("l"),
+        ["TICK pass=true score=0.65 iter=1"]
+    );
     assert!(
         p.loop_dir("l").join("outputs/1-implement.json").exists(),
         "the artifact lives under outputs/"
@@ -1218,22 +1141,6 @@ exit 0"#,
 
 // ---- daemon scheduling ------------------------------------------------------------------
 
-/// Waits for a child up to two minutes; kills it and fails after that.
-fn wait_or_kill(mut child: std::process::Child, what: &str) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not finish");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn daemon_uses_the_loop_schedule_interval() {
     let p = Project::new();
@@ -1241,22 +1148,17 @@ fn daemon_uses_the_loop_schedule_interval() {
     let verdicts = [v("0.1"), v("0.2")];
     let refs: Vec<&str> = verdicts.iter().map(String::as_str).collect();
     let agent = standard_agent(&p, &refs);
-    p.agent_loop_with(
+    p.with_loop(
         "l",
-        &agent,
-        "max_iterations = 10\ncontext_tokens = 32000",
-        "[schedule]\ninterval_seconds = 1\n",
+        &LoopToml::new()
+            .harness_agent(&agent)
+            .table("schedule", "interval_seconds = 1"),
     );
-    let child = p
-        .lf_cmd(&["daemon", "--loop", "l", "--max-iterations", "2"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let st = wait_or_kill(child, "daemon with interval_seconds = 1");
+    let mut child = p.lf_spawn(&["daemon", "--loop", "l", "--max-iterations", "2"]);
+    let st = wait_or_kill(&mut child, "daemon with interval_seconds = 1");
     assert_eq!(st.code(), Some(0));
     assert_eq!(
-        events(&p, "l"),
+        p.events_after_create("l"),
         [
             "TICK pass=false score=0.1 iter=1",
             "TICK pass=false score=0.2 iter=2",
@@ -1271,30 +1173,25 @@ fn daemon_all_ticks_every_loop() {
     let agent = standard_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
     p.agent_loop("a", &agent, "score_plateau_window = 10");
     p.agent_loop("b", &agent, "score_plateau_window = 10");
-    let child = p
-        .lf_cmd(&[
-            "daemon",
-            "--all",
-            "--interval",
-            "1",
-            "--max-iterations",
-            "4",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let st = wait_or_kill(child, "daemon --all");
+    let mut child = p.lf_spawn(&[
+        "daemon",
+        "--all",
+        "--interval",
+        "1",
+        "--max-iterations",
+        "4",
+    ]);
+    let st = wait_or_kill(&mut child, "daemon --all");
     assert_eq!(st.code(), Some(0));
     for name in ["a", "b"] {
         assert_eq!(p.state(name)["iteration_count"], 2, "{name}");
         assert!(
-            events(&p, name)
+            p.events_after_create(name)
                 .last()
                 .unwrap()
                 .starts_with("DAEMON_STOPPED"),
             "{name}: {:?}",
-            events(&p, name)
+            p.events_after_create(name)
         );
     }
 }
@@ -1304,24 +1201,22 @@ fn daemon_max_iterations_zero_means_no_limit() {
     let p = Project::new();
     let agent = standard_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
     p.agent_loop("l", &agent, "score_plateau_window = 10");
-    let mut child = p
-        .lf_cmd(&[
-            "daemon",
-            "--loop",
-            "l",
-            "--interval",
-            "1",
-            "--max-iterations",
-            "0",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = p.lf_spawn(&[
+        "daemon",
+        "--loop",
+        "l",
+        "--interval",
+        "1",
+        "--max-iterations",
+        "0",
+    ]);
     let start = Instant::now();
     while p.state("l")["iteration_count"].as_u64().unwrap() < 3 {
         if let Some(st) = child.try_wait().unwrap() {
-            panic!("daemon exited early: {st:?}, {:?}", events(&p, "l"));
+            panic!(
+                "daemon exited early: {st:?}, {:?}",
+                p.events_after_create("l")
+            );
         }
         assert!(start.elapsed() < Duration::from_secs(120), "no progress");
         std::thread::sleep(Duration::from_millis(50));
@@ -1330,12 +1225,12 @@ fn daemon_max_iterations_zero_means_no_limit() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert!(
-        events(&p, "l")
+        p.events_after_create("l")
             .last()
             .unwrap()
             .starts_with("DAEMON_STOPPED"),
         "{:?}",
-        events(&p, "l")
+        p.events_after_create("l")
     );
 }
 
@@ -1353,19 +1248,7 @@ fn log_prints_the_event_log() {
     );
     // Every line: an RFC 3339 UTC time, an event, its arguments.
     for line in r.stdout.lines() {
-        let (time, rest) = line.split_once(' ').unwrap();
-        assert!(
-            time.len() == 20 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
-            "{line}"
-        );
-        assert!(
-            rest.split(' ')
-                .next()
-                .unwrap()
-                .chars()
-                .all(|c| c.is_ascii_uppercase() || c == '_'),
-            "{line}"
-        );
+        assert_log_line(line);
     }
     assert_eq!(p.lf(&["log", "--loop", "nope"]).code, 2);
 }
@@ -1399,7 +1282,7 @@ fn a_state_from_a_newer_loopflow_is_refused_and_kept() {
 #[test]
 fn demo_runs_a_real_loop_until_it_halts() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(support::bin())
+    let out = std::process::Command::new(bin())
         .args(["demo", "--dir"])
         .arg(dir.path())
         .env("NO_COLOR", "1")
