@@ -4,12 +4,11 @@
 //! the shipped files, and the DAG drawings of the default tick.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
-use crate::support;
 use crate::support::api::{self, ALWAYS, COMMON_KEYS, Code, NODE_FIELDS, REGISTRY, kind_names};
+use crate::support::{LoopToml, PipelineToml, Project, Run, loopflow, standard_agent};
 
 /// The repository root: every command runs from here so paths in the output are the
 /// stable, relative `tests/fixtures/check/...`.
@@ -17,26 +16,9 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 /// `loopflow ARGS` from the repository root, without colour.
-fn lf(args: &[&str]) -> Out {
-    let o = Command::new(support::bin())
-        .args(args)
-        .current_dir(root())
-        .env("NO_COLOR", "1")
-        .env_remove("CLICOLOR_FORCE")
-        .output()
-        .expect("spawn loopflow");
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+fn lf(args: &[&str]) -> Run {
+    Run::of(loopflow(root()).args(args))
 }
 
 /// The fixture for a code: `<code>.toml` (a pipeline) or `<code>/loop.toml` (a loop).
@@ -53,7 +35,7 @@ fn fixture_for(code: Code) -> Option<String> {
     }
 }
 
-fn json_diags(out: &Out) -> Vec<Value> {
+fn json_diags(out: &Run) -> Vec<Value> {
     let v: Value = serde_json::from_str(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", out.stdout));
     v["diagnostics"].as_array().expect("diagnostics").clone()
@@ -244,7 +226,7 @@ fn github_format_is_workflow_commands() {
 
 #[test]
 fn github_escapes_special_characters_in_file_names() {
-    let p = support::Project::new();
+    let p = Project::new();
     p.write(
         "odd,name:50%.toml",
         "[nodes.c]\nkind = \"commit\"\nneeds = [\"x\"]\n",
@@ -545,7 +527,7 @@ fn explain_shows_each_roles_expanded_argv() {
 
 #[test]
 fn unknown_presets_are_reported_with_a_suggestion() {
-    let p = support::Project::new();
+    let p = Project::new();
     p.write("p.md", "x\n");
     p.write(
         "loop.toml",
@@ -573,7 +555,7 @@ fn unknown_presets_are_reported_with_a_suggestion() {
 /// envelope (the verdict parses), and cost and tokens land in the loop's spend.
 #[test]
 fn agent_reported_usage_counts_against_the_budget() {
-    let p = support::Project::new();
+    let p = Project::new();
     let agent = p.script(
         "fake-claude.sh",
         r#"role="$1"
@@ -584,30 +566,12 @@ case "$role" in
 esac
 printf '{"type":"result","is_error":false,"result":"%s","total_cost_usd":0.25,"usage":{"input_tokens":100,"output_tokens":20}}\n' "$answer""#,
     );
-    assert_eq!(p.create("usage", Some("make it faster")).code, 0);
-    p.loop_toml(
+    p.with_loop_task(
         "usage",
-        &format!(
-            r#"[brakes]
-max_iterations = 10
-context_tokens = 32000
-
-[harness]
-preset = "claude-code"
-command = ["{}", "{{{{role}}}}", "{{{{prompt_text}}}}"]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-[worktree]
-enabled = false
-"#,
-            agent.display()
-        ),
+        Some("make it faster"),
+        &LoopToml::new()
+            .harness("preset = \"claude-code\"")
+            .harness_command(&agent, &["{{role}}", "{{prompt_text}}"]),
     );
     let run = p.lf(&["run", "--loop", "usage"]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -669,7 +633,7 @@ fn quoted_globs_are_expanded() {
 
 #[test]
 fn without_paths_check_reads_the_projects_loops() {
-    let p = support::Project::new();
+    let p = Project::new();
     assert_eq!(p.create("good", Some("t")).code, 0);
     let out = p.lf(&["check"]);
     assert_eq!(out.code, 0, "{out:?}");
@@ -725,9 +689,11 @@ fn pipeline_schema_agrees_with_the_checker() {
     }
     for key in props.keys() {
         // Each schema key is accepted by some node kind.
-        let text = format!("[nodes.a]\nkind = \"commit\"\n{key} = 1\n");
-        let p = support::Project::new();
-        p.write("p.toml", &text);
+        let text = PipelineToml::new()
+            .commit("a", &[])
+            .with(&format!("{key} = 1"));
+        let p = Project::new();
+        p.write("p.toml", &text.render());
         let out = p.lf(&["check", "p.toml", "--format", "json"]);
         let unknown = out.stdout.contains("\"code\": \"unknown-key\"");
         let kind_specific = REGISTRY.iter().any(|k| k.keys().contains(&key.as_str()));
@@ -807,10 +773,10 @@ fn loop_schema_keys_are_accepted_by_the_checker() {
             "{k} not sampled"
         );
     }
-    let p = support::Project::new();
+    let p = Project::new();
     p.write("loop.toml", &text);
     p.write("x", "prompt\n");
-    p.write("p.toml", "[nodes.c]\nkind = \"commit\"\n");
+    p.write("p.toml", &PipelineToml::new().commit("c", &[]).render());
     let out = p.lf(&["check", "loop.toml", "--format", "json"]);
     assert!(
         !out.stdout.contains("toml-syntax"),
@@ -838,7 +804,7 @@ fn loop_schema_keys_are_accepted_by_the_checker() {
 
 #[test]
 fn a_file_that_is_not_text_is_reported_not_skipped() {
-    let p = support::Project::new();
+    let p = Project::new();
     std::fs::write(p.join("blob.toml"), [0xff, 0xfe, 0x00, b'x']).expect("write");
     let out = p.lf(&["check", "blob.toml"]);
     assert_eq!(out.code, 3, "{out:?}");
@@ -854,23 +820,20 @@ fn a_file_that_is_not_text_is_reported_not_skipped() {
 #[test]
 fn ten_thousand_nodes_in_a_chain() {
     let n = 10_000;
-    let mut text = String::from("name = \"big\"\n");
+    let mut pipeline = PipelineToml::named("big");
     for i in 0..n {
-        text.push_str(&format!(
-            "[nodes.n{i}]\nkind = \"command\"\nargv = [\"echo\", \"{{{{nodes.n{}.exit_code}}}}\"]\n",
-            i.max(1) - 1
-        ));
-        if i > 0 {
-            text.push_str(&format!("needs = [\"n{}\"]\n", i - 1));
-        }
+        let argv = [
+            "echo".to_string(),
+            format!("{{{{nodes.n{}.exit_code}}}}", i.max(1) - 1),
+        ];
+        let before = format!("n{}", i.max(1) - 1);
+        let needs: &[&str] = if i > 0 { &[&before] } else { &[] };
+        pipeline = pipeline.command(&format!("n{i}"), &argv, needs);
     }
-    text.push_str(&format!(
-        "[nodes.commit]\nkind = \"commit\"\nneeds = [\"n{}\"]\n",
-        n - 1
-    ));
-    let p = support::Project::new();
+    let pipeline = pipeline.commit("commit", &[&format!("n{}", n - 1)]);
+    let p = Project::new();
     // n0 reads its own output: the one error.
-    p.write("big.toml", &text);
+    p.write("big.toml", &pipeline.render());
     let out = p.lf(&["check", "big.toml", "--format", "json"]);
     assert_eq!(out.code, 3, "{}", out.stderr);
     let v: Value = serde_json::from_str(&out.stdout).expect("json");
@@ -883,7 +846,7 @@ fn ten_thousand_nodes_in_a_chain() {
     // Close the chain into a cycle.
     p.write(
         "big.toml",
-        &text.replacen("[nodes.n0]\n", "[nodes.n0]\nneeds = [\"commit\"]\n", 1),
+        &pipeline.set("n0", "needs = [\"commit\"]").render(),
     );
     let out = p.lf(&["check", "big.toml", "--format", "json"]);
     assert_eq!(out.code, 3, "{}", out.stderr);
@@ -899,8 +862,8 @@ fn ten_thousand_nodes_in_a_chain() {
 /// Without a usage rule, the verifier's own `cost_usd` / `tokens` are what is counted.
 #[test]
 fn without_a_preset_the_verdicts_spend_counts() {
-    let p = support::Project::new();
-    let agent = support::standard_agent(
+    let p = Project::new();
+    let agent = standard_agent(
         &p,
         &[r#"{"pass": false, "score": 0.3, "cost_usd": 0.4, "tokens": 50}"#],
     );
@@ -917,7 +880,7 @@ fn without_a_preset_the_verdicts_spend_counts() {
 /// always-set variable and every `nodes.<id>` field, in a real run.
 #[test]
 fn variables_check_accepts_are_set_at_run_time() {
-    let p = support::Project::new();
+    let p = Project::new();
     assert_eq!(p.create("vars", Some("the task")).code, 0);
     let mut argv: Vec<String> = vec!["printf".into(), "%s|".into()];
     argv.extend(ALWAYS.iter().map(|v| format!("{v}={{{{{v}}}}}")));
@@ -926,14 +889,12 @@ fn variables_check_accepts_are_set_at_run_time() {
             .iter()
             .map(|f| format!("{f}={{{{nodes.first.{f}}}}}")),
     );
-    let pipeline = format!(
-        "[nodes.gate]\nkind = \"gate\"\n\
-         [nodes.first]\nkind = \"command\"\nargv = [\"echo\", \"hello\"]\nneeds = [\"gate\"]\n\
-         [nodes.all]\nkind = \"command\"\nargv = {}\nneeds = [\"first\"]\n\
-         [nodes.commit]\nkind = \"commit\"\nneeds = [\"all\"]\n",
-        serde_json::to_string(&argv).expect("json")
-    );
-    p.write(".loopflow/loops/vars/pipeline.toml", &pipeline);
+    let pipeline = PipelineToml::new()
+        .node("gate", "gate", &[])
+        .command("first", &["echo", "hello"], &["gate"])
+        .command("all", &argv, &["first"])
+        .commit("commit", &["all"]);
+    p.write(".loopflow/loops/vars/pipeline.toml", &pipeline.render());
     let cfg = std::fs::read_to_string(p.loop_dir("vars").join("loop.toml")).expect("loop.toml");
     p.loop_toml("vars", &format!("pipeline = \"pipeline.toml\"\n{cfg}"));
     let checked = p.lf(&[
@@ -945,8 +906,7 @@ fn variables_check_accepts_are_set_at_run_time() {
     let run = p.lf(&["run", "--loop", "vars", "--json"]);
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(run.json()["outcome"], "tick", "{run:?}");
-    let out = std::fs::read_to_string(p.loop_dir("vars").join("outputs/1-all.stdout"))
-        .expect("output of node all");
+    let out = p.output("vars", "1-all.stdout");
     for v in ALWAYS {
         assert!(
             out.contains(&format!("|{v}=")) || out.starts_with(&format!("{v}=")),
