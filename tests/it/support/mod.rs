@@ -2,8 +2,6 @@
 //! builders for the TOML they read ([`LoopToml`], [`PipelineToml`]), and waiting on
 //! processes and files. Every test drives the built executable with real child processes
 //! and real files.
-// Until every module has moved to the builders, some of this is not used yet.
-#![allow(dead_code, unused_imports)]
 
 pub mod api;
 mod toml;
@@ -280,14 +278,6 @@ impl Project {
         self.with_loop(name, &LoopToml::new().harness_agent(agent).brakes(brakes));
     }
 
-    /// Like [`Project::agent_loop`], with the whole `[brakes]` body given and `extra`
-    /// TOML appended (per-role commands, say). Superseded by [`Project::with_loop`].
-    pub fn agent_loop_with(&self, name: &str, agent: &Path, brakes: &str, extra: &str) {
-        let r = self.create(name, Some("the task"));
-        assert_eq!(r.code, 0, "{r:?}");
-        self.loop_toml(name, &loop_toml_text(agent, brakes, extra));
-    }
-
     /// Writes `verdicts` (one a line) to the file `verdicts`; returns its path.
     pub fn verdicts(&self, verdicts: &[&str]) -> PathBuf {
         self.write("verdicts", &(verdicts.join("\n") + "\n"))
@@ -319,31 +309,6 @@ impl Project {
         walk(self.path(), self.path(), &mut out);
         out
     }
-}
-
-/// A `loop.toml` whose roles all run `agent` as `agent <role> <prompt>`. Superseded by
-/// [`LoopToml`].
-pub fn loop_toml_text(agent: &Path, brakes: &str, extra: &str) -> String {
-    format!(
-        r#"[brakes]
-{brakes}
-
-[harness]
-command = ["{agent}", "{{{{role}}}}", "{{{{prompt}}}}"]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-[worktree]
-enabled = false
-{extra}
-"#,
-        agent = agent.display()
-    )
 }
 
 /// How many events are exactly `line`.
