@@ -275,7 +275,7 @@ while [ ! -f "{dir}/{other}-started" ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 1
 
 #[test]
 fn bad_names_are_usage_errors() {
-    // (`--max-iterations 0` means no limit, as in the seed's R3: tests/tick.rs.)
+    // (`--max-iterations 0` means no limit, as in the seed's R3: tick.rs.)
     let p = Project::new();
     assert_eq!(p.lf(&["daemon", "--loop", "../z"]).code, 2);
     assert_eq!(p.lf(&["daemon"]).code, 2);
