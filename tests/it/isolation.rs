@@ -1,0 +1,450 @@
+//! Isolation with real git: per-loop worktrees (create, run there, missing → SKIP, gc),
+//! loop state never in the main checkout's `git status`, the blast radius (`can-edit`)
+//! and `git-commit` refusing anything outside it.
+
+use std::path::{Path, PathBuf};
+
+use crate::support::{LoopToml, PipelineToml, Project, Run, commit_all, git, loopflow};
+
+/// An agent that records its role, `{{cwd}}` and real working directory; implement runs
+/// `IMPLEMENT` (a shell snippet) in the worktree, verify prints a verdict.
+fn agent(p: &Project, implement: &str) -> PathBuf {
+    p.script(
+        "agent.sh",
+        &format!(
+            r#"role="$1"
+echo "$role $2 $(pwd -P)" >> "{calls}"
+case "$role" in
+  implement) {implement} ;;
+  verify) echo '{{"pass": false, "score": 0.5}}' ;;
+esac"#,
+            calls = p.join("calls.log").display()
+        ),
+    )
+}
+
+/// The loop.toml of a loop in a worktree of its own whose roles run `agent {{role}} {{cwd}}`.
+fn worktree_toml(agent: &Path) -> LoopToml {
+    LoopToml::new()
+        .brakes("score_plateau_window = 50")
+        .harness_command(agent, &["{{role}}", "{{cwd}}"])
+        .without("worktree")
+}
+
+#[test]
+fn create_makes_a_worktree_the_agent_runs_there_and_a_missing_one_skips() {
+    let p = Project::git();
+    let a = agent(&p, "echo change >> file.txt");
+    p.with_loop_task("w", Some("t"), &worktree_toml(&a));
+    let w = p.worktree("w");
+    assert_eq!(
+        git(&w, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "loopflow/w"
+    );
+    let list = p.git_cmd(&["worktree", "list", "--porcelain"]);
+    assert!(list.contains("branch refs/heads/loopflow/w"), "{list}");
+
+    let r = p.lf(&["run", "--loop", "w"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(p.state("w")["iteration_count"], 1);
+    let real = w.canonicalize().unwrap();
+    let calls = p.read("calls.log");
+    for line in calls.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        assert_eq!(
+            Path::new(parts[2]),
+            real,
+            "agent ran outside its worktree: {calls}"
+        );
+        assert_eq!(
+            Path::new(parts[1]).canonicalize().unwrap(),
+            real,
+            "{{{{cwd}}}}: {calls}"
+        );
+    }
+    assert!(w.join("file.txt").is_file());
+    assert!(
+        !p.join("file.txt").exists(),
+        "the main checkout was touched"
+    );
+
+    // Loop state and the worktree never show in the main checkout's git status; only
+    // the loop's configuration (loop.toml, prompts, .gitignore) and the editor schemas
+    // do.
+    let status = p.git_cmd(&["status", "--porcelain", "--untracked-files=all"]);
+    for line in status.lines() {
+        let path = &line[3..];
+        assert!(
+            path.ends_with("loop.toml")
+                || path.ends_with(".md")
+                || path.ends_with(".gitignore")
+                || path.starts_with(".loopflow/schemas/")
+                || path == "agent.sh"
+                || path == "calls.log",
+            "loop state in git status: {status}"
+        );
+    }
+    assert!(status.contains(".loopflow/loops/w/loop.toml"), "{status}");
+
+    // The worktree disappears: the next tick skips with a warning and never runs in the
+    // main checkout.
+    p.git_cmd(&["worktree", "remove", "--force", &w.display().to_string()]);
+    let before = p.read("calls.log");
+    let r = p.lf(&["run", "--loop", "w", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["outcome"], "skip");
+    assert_eq!(r.json()["reason"], "worktree_missing");
+    let ev = p.events("w");
+    assert_eq!(ev.last().unwrap(), "SKIP reason=worktree_missing", "{ev:?}");
+    assert!(
+        ev[ev.len() - 2].starts_with("WARN ") && ev[ev.len() - 2].contains("worktree missing"),
+        "{ev:?}"
+    );
+    assert_eq!(p.read("calls.log"), before, "the agent ran");
+    assert!(!p.join("file.txt").exists());
+    assert_eq!(p.state("w")["iteration_count"], 1);
+}
+
+#[test]
+fn worktree_gc_prunes_deleted_and_idle_loops_but_never_uncommitted_work() {
+    let p = Project::git();
+    for n in ["gone", "idle", "fresh", "dirty"] {
+        let r = p.lf(&["create", "--loop", n, "--task", "t"]);
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    // `gone`: the whole loop dir (and so its worktree dir) deleted by hand.
+    std::fs::remove_dir_all(p.loop_dir("gone")).unwrap();
+    // `idle`: last ticked long ago, with a commit on its branch (not merged).
+    let st = p.loop_dir("idle").join(".state.loop");
+    let mut s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    s["last_tick_at"] = "2020-01-01T00:00:00Z".into();
+    std::fs::write(&st, serde_json::to_string_pretty(&s).unwrap()).unwrap();
+    std::fs::write(p.worktree("idle").join("new.txt"), "x").unwrap();
+    commit_all(&p.worktree("idle"), "work");
+    // `dirty`: loop deleted (no state), but its worktree has uncommitted changes.
+    std::fs::remove_file(p.loop_dir("dirty").join(".state.loop")).unwrap();
+    std::fs::write(p.worktree("dirty").join("wip.txt"), "unsaved").unwrap();
+
+    let r = p.lf(&["worktree", "gc", "--dry-run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("would remove worktree") && r.stdout.contains("loop idle, idle"),
+        "{r:?}"
+    );
+    assert!(p.worktree("idle").exists(), "dry run changed something");
+
+    let r = p.lf(&["worktree", "gc", "--max-age", "14d"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = &r.stdout;
+    assert!(out.contains("deleted branch loopflow/gone"), "{out}");
+    assert!(
+        out.contains("kept worktree") && out.contains("loop dirty") && out.contains("uncommitted"),
+        "{out}"
+    );
+    assert!(out.contains("kept branch loopflow/idle"), "{out}");
+    assert!(!p.worktree("idle").exists());
+    assert!(p.worktree("fresh").exists() && p.worktree("dirty").join("wip.txt").exists());
+    let branches = p.git_cmd(&[
+        "for-each-ref",
+        "--format=%(refname:short)",
+        "refs/heads/loopflow/",
+    ]);
+    assert!(
+        !branches.contains("loopflow/gone") && branches.contains("loopflow/idle"),
+        "{branches}"
+    );
+    assert!(
+        p.events("idle")
+            .iter()
+            .any(|e| e.starts_with("WORKTREE removed="))
+    );
+    // The idle loop's next tick skips instead of running in the main checkout.
+    let r = p.lf(&["run", "--loop", "idle", "--json"]);
+    assert_eq!(r.json()["reason"], "worktree_missing", "{r:?}");
+
+    let r = p.lf(&["worktree", "gc", "--max-age", "two weeks"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("use e.g. 14d"), "{r:?}");
+
+    let r = p.lf(&["worktree", "gc", "--force"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!p.worktree("dirty").exists(), "{r:?}");
+    let branches = p.git_cmd(&[
+        "for-each-ref",
+        "--format=%(refname:short)",
+        "refs/heads/loopflow/",
+    ]);
+    assert_eq!(branches.trim(), "loopflow/fresh", "{r:?}");
+    assert!(p.worktree("fresh").exists());
+}
+
+/// `loopflow can-edit` run from `cwd`.
+fn can_edit(p: &Project, cwd: &Path, paths: &[&str]) -> Run {
+    Run::of(
+        p.lf_cmd(&["can-edit", "--loop", "r"])
+            .args(paths)
+            .current_dir(cwd),
+    )
+}
+
+#[test]
+fn can_edit_resolves_dotdot_absolute_and_symlinks_and_deny_beats_allow() {
+    let p = Project::git();
+    let a = agent(&p, "true");
+    p.with_loop_task(
+        "r",
+        Some("t"),
+        &worktree_toml(&a).blast_radius(
+            &["src/**", "tests/**", ".git/**", ".loopflow/**"],
+            &["src/secret/**"],
+        ),
+    );
+    let w = p.worktree("r");
+    std::fs::create_dir_all(w.join("src")).unwrap();
+    std::os::unix::fs::symlink("/etc", w.join("src/etc")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", w.join("src/passwd")).unwrap();
+    std::os::unix::fs::symlink("lib.rs", w.join("src/inside")).unwrap();
+
+    let ok = |paths: &[&str]| {
+        let r = can_edit(&p, &w, paths);
+        assert_eq!(r.code, 0, "{paths:?}: {r:?}");
+    };
+    ok(&["src/lib.rs", "tests/t.rs", "src/new/dir/x.rs"]);
+    ok(&["src/../src/lib.rs", "./tests/../src/a.rs"]);
+    ok(&[&w.join("src/lib.rs").display().to_string()]);
+    ok(&["src/inside"]);
+    // Relative paths resolve against the current directory.
+    let r = can_edit(&p, &w.join("src"), &["lib.rs", "../tests/x.rs"]);
+    assert_eq!(r.code, 0, "{r:?}");
+
+    let refused = |paths: &[&str], why: &str| {
+        let r = can_edit(&p, &w, paths);
+        assert_eq!(r.code, 1, "{paths:?}: {r:?}");
+        for path in paths {
+            assert!(
+                r.stdout.contains(&format!("refused: {path}: ")),
+                "{path} not named: {r:?}"
+            );
+        }
+        assert!(r.stdout.contains(why), "{paths:?}: want {why:?}: {r:?}");
+    };
+    refused(&["src/../../../../README.md"], "outside the loop's root");
+    refused(&["/etc/passwd"], "outside the loop's root");
+    refused(&["src/etc/passwd"], "resolves to /etc/passwd");
+    refused(&["src/passwd"], "resolves to /etc/passwd");
+    // `..` after a symlink climbs from the link's target, as the OS does.
+    refused(&["src/etc/../tmp/x"], "resolves to /tmp/x");
+    // Writing through a dangling symlink creates its target outside.
+    std::os::unix::fs::symlink("/nonexistent-dir/new", w.join("src/dangling")).unwrap();
+    refused(&["src/dangling"], "resolves to /nonexistent-dir/new");
+    refused(&["README.md"], "matches no allow glob");
+    refused(&["src/secret/key.rs"], "matches a deny glob");
+    refused(
+        &["src/../src/secret/key.rs"],
+        "`src/secret/key.rs` matches a deny glob",
+    );
+    // Always refused, even when an allow glob names them.
+    refused(&[".git"], "deny");
+    refused(&[".git/config"], "deny");
+    refused(&[".loopflow/loops/x/.state.loop"], "deny");
+    refused(&["src/sub/.git/config"], "deny");
+    refused(&[".GIT/config"], "deny");
+    // The main checkout is outside the loop's worktree.
+    refused(
+        &[&p.join("src/lib.rs").display().to_string()],
+        "outside the loop's root",
+    );
+
+    // One bad path among good ones: exit 1, only the bad one named.
+    let r = can_edit(&p, &w, &["src/ok.rs", "README.md", "tests/ok.rs"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(r.stdout.lines().count(), 1, "{r:?}");
+    assert!(r.stdout.starts_with("refused: README.md: "), "{r:?}");
+}
+
+/// The default tick with a `git-commit` node after the commit.
+fn git_pipeline() -> PipelineToml {
+    PipelineToml::named("tick-and-git")
+        .node("gate", "gate", &[])
+        .node("floor-check", "floor-check", &["gate"])
+        .harness("implement", "implement", &["floor-check"])
+        .harness("verify", "verify", &["implement"])
+        .verdict("parse", "verify", &["verify"])
+        .commit("commit", &["parse"])
+        .git_commit("git", &["commit"])
+        .with("message = \"loopflow {{loop}}: iteration {{iteration}}\"")
+}
+
+fn commits(dir: &Path, rev: &str) -> usize {
+    git(dir, &["rev-list", "--count", rev])
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn git_commit_project(implement: &str) -> (Project, PathBuf) {
+    let p = Project::git();
+    let pipe = p.write("pipelines/git.toml", &git_pipeline().render());
+    let a = agent(&p, implement);
+    p.with_loop_task(
+        "g",
+        Some("t"),
+        &worktree_toml(&a)
+            .blast_radius(&["src/**", "**/*.md"], &["src/secret/**"])
+            .pipeline(&pipe),
+    );
+    let check = p.lf(&["check", &pipe.display().to_string()]);
+    assert_eq!(check.code, 0, "{check:?}");
+    let w = p.worktree("g");
+    (p, w)
+}
+
+#[test]
+fn git_commit_commits_a_good_change_on_the_loop_branch() {
+    let (p, w) = git_commit_project("mkdir -p src && echo 'fn main() {}' > src/main.rs");
+    let r = p.lf(&["run", "--loop", "g", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    assert_eq!(commits(p.path(), "loopflow/g"), 2);
+    assert_eq!(commits(p.path(), "main"), 1, "the main branch moved");
+    let log = git(&w, &["log", "-1", "--format=%s%n%an", "--name-only"]);
+    assert!(
+        log.starts_with("loopflow g: iteration 1\nloopflow\n"),
+        "{log}"
+    );
+    assert!(log.contains("src/main.rs"), "{log}");
+    assert!(git(&w, &["status", "--porcelain"]).is_empty());
+}
+
+fn assert_refused(implement: &str, named: &str) {
+    let (p, w) = git_commit_project(implement);
+    let r = p.lf(&["run", "--loop", "g", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["outcome"], "halt", "{r:?}");
+    assert_eq!(
+        r.json()["reason"],
+        "human_intervention:blast_radius",
+        "{r:?}"
+    );
+    let s = p.state("g");
+    assert_eq!(s["halt"]["reason"], "human_intervention:blast_radius");
+    // git-commit runs after `commit`: the iteration was spent, the change is held back.
+    assert_eq!(s["iteration_count"], 1);
+    let detail = s["halt"]["detail"].as_str().unwrap();
+    assert!(detail.contains(named), "{detail}");
+    assert!(
+        p.events("g")
+            .iter()
+            .any(|e| e.starts_with("HALT human_intervention:blast_radius")),
+        "{:?}",
+        p.events("g")
+    );
+    // Nothing committed, nothing staged: the change waits for a human.
+    assert_eq!(commits(p.path(), "loopflow/g"), 1);
+    assert!(!git(&w, &["status", "--porcelain"]).is_empty());
+    assert!(git(&w, &["diff", "--cached", "--name-only"]).is_empty());
+    // The halt stands: the next tick skips.
+    let r = p.lf(&["run", "--loop", "g", "--json"]);
+    assert_eq!(
+        r.json()["reason"],
+        "halted:human_intervention:blast_radius",
+        "{r:?}"
+    );
+}
+
+#[test]
+fn git_commit_refuses_a_denied_path() {
+    assert_refused(
+        "mkdir -p src/secret && echo ok > src/ok.rs && echo k > src/secret/key.rs",
+        "src/secret/key.rs",
+    );
+}
+
+#[test]
+fn git_commit_refuses_a_path_outside_the_allow_globs() {
+    assert_refused("echo x > build.sh", "build.sh");
+}
+
+#[test]
+fn git_commit_refuses_a_symlink_pointing_outside() {
+    assert_refused(
+        "mkdir -p src && ln -s /etc/passwd src/passwd",
+        "src/passwd: ",
+    );
+    let (p, _) = git_commit_project("mkdir -p src && ln -s /etc/passwd src/passwd");
+    p.lf(&["run", "--loop", "g"]);
+    let detail = p.state("g")["halt"]["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains("/etc/passwd"), "{detail}");
+}
+
+#[test]
+fn git_commit_refuses_a_nested_repository() {
+    assert_refused(
+        "mkdir -p src/sub && git -C src/sub init -q && echo x > src/sub/f",
+        "is a nested git repository",
+    );
+}
+
+#[test]
+fn git_commit_refuses_a_rename_out_of_the_radius() {
+    // A tracked allowed file moved (and staged) to a denied place.
+    let (p, w) = git_commit_project("true");
+    std::fs::create_dir_all(w.join("src")).unwrap();
+    std::fs::write(w.join("src/a.rs"), "a").unwrap();
+    commit_all(&w, "a");
+    std::fs::create_dir_all(w.join("src/secret")).unwrap();
+    git(&w, &["mv", "src/a.rs", "src/secret/a.rs"]);
+    let r = p.lf(&["run", "--loop", "g", "--json"]);
+    assert_eq!(
+        r.json()["reason"],
+        "human_intervention:blast_radius",
+        "{r:?}"
+    );
+    assert!(
+        p.state("g")["halt"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("src/secret/a.rs")
+    );
+    assert_eq!(commits(p.path(), "loopflow/g"), 2);
+}
+
+#[test]
+fn a_loop_created_with_a_relative_project_ticks_from_any_directory() {
+    // Schedulers start ticks elsewhere (cron in $HOME): the worktree must still be found.
+    let p = Project::git();
+    let r = Run::of(
+        loopflow(p.path())
+            .args(["create", "--loop", "rel", "--task", "t"])
+            .env_remove("LOOPFLOW_PROJECT"),
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let stored = p.state("rel")["worktree_path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(Path::new(&stored).is_absolute(), "{stored}");
+    let gate_from_root = || {
+        let r = Run::of(
+            p.lf_cmd(&["gate", "--loop", "rel", "--json"])
+                .current_dir("/"),
+        );
+        let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        let wt = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "worktree")
+            .unwrap()
+            .clone();
+        assert_eq!(wt["ok"], true, "{v}");
+    };
+    gate_from_root();
+    // A state written by an older loopflow with a relative path resolves against the
+    // project, not the current directory.
+    let st = p.loop_dir("rel").join(".state.loop");
+    let text = std::fs::read_to_string(&st).unwrap();
+    std::fs::write(&st, text.replace(&stored, "./.loopflow/loops/rel/worktree")).unwrap();
+    gate_from_root();
+}

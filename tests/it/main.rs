@@ -1,0 +1,16 @@
+//! The integration tests: one binary (linked once) whose modules drive the real
+//! `loopflow` executable through [`support`].
+
+mod check;
+mod color;
+mod daemon;
+mod exec;
+mod halts;
+mod isolation;
+mod programs;
+mod report;
+mod robustness;
+mod schedule;
+mod security;
+mod support;
+mod tick;

@@ -1,0 +1,480 @@
+//! Shared test support: a temp project, the real `loopflow` binary, fake-agent scripts,
+//! builders for the TOML they read ([`LoopToml`], [`PipelineToml`]), and waiting on
+//! processes and files. Every test drives the built executable with real child processes
+//! and real files.
+
+pub mod api;
+mod toml;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub use self::toml::{LoopToml, PipelineToml, array};
+
+/// Generous: the machine may be loaded. Never a timing assertion, only a give-up point.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_loopflow"))
+}
+
+/// The `loopflow` binary as a command run from `cwd`, without colour and without the
+/// variable that would override the context window loop.toml gives.
+pub fn loopflow(cwd: &Path) -> Command {
+    let mut c = Command::new(bin());
+    c.current_dir(cwd)
+        .env("NO_COLOR", "1")
+        .env_remove("CLICOLOR_FORCE")
+        .env_remove("LOOPFLOW_CONTEXT_TOKENS");
+    c
+}
+
+/// A throw-away project directory.
+pub struct Project {
+    pub dir: tempfile::TempDir,
+}
+
+/// The result of one `loopflow` invocation.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+
+    /// Runs `c` to the end.
+    pub fn of(c: &mut Command) -> Run {
+        Run::from(c.output().expect("spawn loopflow"))
+    }
+
+    /// The last stdout line parsed as JSON (`--json` summaries).
+    pub fn json(&self) -> Value {
+        let line = self.stdout.lines().last().unwrap_or("");
+        serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {}", self.stdout))
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Default for Project {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Project {
+    pub fn new() -> Project {
+        Project {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    /// A project that is a git repository with one commit (for worktrees).
+    pub fn git() -> Project {
+        let p = Project::new();
+        p.git_cmd(&["init", "-q", "-b", "main"]);
+        p.write("README.md", "# test project\n");
+        p.commit_all("init");
+        p
+    }
+
+    /// `git ARGS` in the project; panics unless it succeeds.
+    pub fn git_cmd(&self, args: &[&str]) -> String {
+        git(self.path(), args)
+    }
+
+    /// Stages everything in the project and commits it.
+    pub fn commit_all(&self, msg: &str) {
+        commit_all(self.path(), msg);
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, rel: &str) -> PathBuf {
+        self.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, text: &str) -> PathBuf {
+        let p = self.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+        p
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.join(rel)).unwrap_or_default()
+    }
+
+    /// Writes an executable script (a fake agent). `body` is a POSIX sh script body.
+    pub fn script(&self, rel: &str, body: &str) -> PathBuf {
+        let p = self.write(rel, &format!("#!/bin/sh\n{body}\n"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        p
+    }
+
+    /// Runs `loopflow --project <dir> ARGS` from the project directory.
+    pub fn lf(&self, args: &[&str]) -> Run {
+        Run::of(&mut self.lf_cmd(args))
+    }
+
+    pub fn lf_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        Run::of(self.lf_cmd(args).envs(env.iter().copied()))
+    }
+
+    /// `loopflow --project <dir> ARGS` as a command to spawn in the background.
+    pub fn lf_cmd(&self, args: &[&str]) -> Command {
+        let mut c = loopflow(self.path());
+        c.arg("--project").arg(self.path()).args(args);
+        c
+    }
+
+    /// `loopflow --project <dir> ARGS` started in the background, its output discarded.
+    pub fn lf_spawn(&self, args: &[&str]) -> Child {
+        self.lf_cmd(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn loopflow")
+    }
+
+    /// `WRAPPER… loopflow --project <dir> ARGS`: the binary run under `timeout`,
+    /// `prlimit`, …, with the environment of [`Project::lf_cmd`].
+    pub fn lf_cmd_via(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let inner = self.lf_cmd(args);
+        let mut c = Command::new(wrapper[0]);
+        c.args(&wrapper[1..])
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .current_dir(self.path());
+        for (k, v) in inner.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c
+    }
+
+    /// `loopflow run --loop NAME --json EXTRA…`, which must exit 0.
+    pub fn run_json(&self, name: &str, extra: &[&str]) -> Run {
+        let mut args = vec!["run", "--loop", name, "--json"];
+        args.extend(extra);
+        let r = self.lf(&args);
+        assert_eq!(r.code, 0, "{r:?}");
+        r
+    }
+
+    pub fn loop_dir(&self, name: &str) -> PathBuf {
+        self.join(&format!(".loopflow/loops/{name}"))
+    }
+
+    /// The git worktree a loop works in.
+    pub fn worktree(&self, name: &str) -> PathBuf {
+        self.loop_dir(name).join("worktree")
+    }
+
+    /// The file `file` of a loop's `outputs/` (`1-implement.prompt.md`, …); it must exist.
+    pub fn output(&self, name: &str, file: &str) -> String {
+        let path = self.loop_dir(name).join("outputs").join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    pub fn state(&self, name: &str) -> Value {
+        let text =
+            std::fs::read_to_string(self.loop_dir(name).join(".state.loop")).expect("state file");
+        serde_json::from_str(&text).expect("state JSON")
+    }
+
+    pub fn log(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.loop_dir(name).join(".state.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Log lines without their timestamp: `TICK pass=true score=0.9 iter=1`.
+    pub fn events(&self, name: &str) -> Vec<String> {
+        self.log(name)
+            .iter()
+            .map(|l| {
+                l.split_once(' ')
+                    .map_or(l.clone(), |(_, rest)| rest.to_string())
+            })
+            .collect()
+    }
+
+    /// [`Project::events`] without the `CREATE` line `create` writes.
+    pub fn events_after_create(&self, name: &str) -> Vec<String> {
+        self.events(name)
+            .into_iter()
+            .filter(|e| !e.starts_with("CREATE "))
+            .collect()
+    }
+
+    /// `loopflow create --loop NAME --no-worktree [--task TASK]`.
+    pub fn create(&self, name: &str, task: Option<&str>) -> Run {
+        let mut args = vec!["create", "--loop", name, "--no-worktree"];
+        if let Some(t) = task {
+            args.extend(["--task", t]);
+        }
+        self.lf(&args)
+    }
+
+    /// Writes a loop's `loop.toml` (`&LoopToml::render()`, or text).
+    pub fn loop_toml(&self, name: &str, text: &str) {
+        std::fs::write(self.loop_dir(name).join("loop.toml"), text).expect("write loop.toml");
+    }
+
+    /// Creates loop `name` with the task "the task" and gives it `toml` as its loop.toml.
+    /// It gets a git worktree of its own only when `toml` enables one.
+    pub fn with_loop(&self, name: &str, toml: &LoopToml) {
+        self.with_loop_task(name, Some("the task"), toml);
+    }
+
+    /// [`Project::with_loop`] with the task given (`None`: no task).
+    pub fn with_loop_task(&self, name: &str, task: Option<&str>, toml: &LoopToml) {
+        let mut args = vec!["create", "--loop", name];
+        if !toml.worktree_enabled() {
+            args.push("--no-worktree");
+        }
+        if let Some(t) = task {
+            args.extend(["--task", t]);
+        }
+        let r = self.lf(&args);
+        assert_eq!(r.code, 0, "{r:?}");
+        self.loop_toml(name, &toml.render());
+    }
+
+    /// A loop whose roles run `agent` as `agent <role> <prompt>`, with `brakes` (lines,
+    /// maybe none) set on top of the usual ones: `LoopToml::new().harness_agent(agent)`.
+    pub fn agent_loop(&self, name: &str, agent: &Path, brakes: &str) {
+        self.with_loop(name, &LoopToml::new().harness_agent(agent).brakes(brakes));
+    }
+
+    /// Writes `verdicts` (one a line) to the file `verdicts`; returns its path.
+    pub fn verdicts(&self, verdicts: &[&str]) -> PathBuf {
+        self.write("verdicts", &(verdicts.join("\n") + "\n"))
+    }
+
+    /// Every file and directory under the project (relative path → bytes; directories
+    /// map to `None`), to prove a command wrote nothing.
+    pub fn snapshot(&self) -> std::collections::BTreeMap<PathBuf, Option<Vec<u8>>> {
+        fn walk(
+            root: &Path,
+            dir: &Path,
+            out: &mut std::collections::BTreeMap<PathBuf, Option<Vec<u8>>>,
+        ) {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                let rel = p.strip_prefix(root).expect("under root").to_path_buf();
+                if p.is_dir() {
+                    out.insert(rel, None);
+                    walk(root, &p, out);
+                } else {
+                    out.insert(rel, Some(std::fs::read(&p).unwrap_or_default()));
+                }
+            }
+        }
+        let mut out = std::collections::BTreeMap::new();
+        walk(self.path(), self.path(), &mut out);
+        out
+    }
+}
+
+/// How many events are exactly `line`.
+pub fn count(events: &[String], line: &str) -> usize {
+    events.iter().filter(|e| e.as_str() == line).count()
+}
+
+/// Whether some event is exactly `line`.
+pub fn has(events: &[String], line: &str) -> bool {
+    count(events, line) > 0
+}
+
+/// Asserts that a log line is `<RFC 3339 UTC time> <EVENT> …`.
+pub fn assert_log_line(line: &str) {
+    let (time, rest) = line.split_once(' ').expect("time");
+    assert!(
+        time.len() == 20 && time.ends_with('Z') && time.as_bytes()[10] == b'T',
+        "{line}"
+    );
+    assert!(
+        rest.split(' ')
+            .next()
+            .is_some_and(|e| e.chars().all(|c| c.is_ascii_uppercase() || c == '_')),
+        "{line}"
+    );
+}
+
+/// A shell snippet that prints line N of `file` on tick N (the last line once the ticks
+/// outnumber the lines): how fake verifiers answer from a `verdicts` file.
+pub fn line_of_tick(file: &Path) -> String {
+    format!(
+        r#"n=$(wc -l < "{v}")
+    i=$LOOPFLOW_TICK; [ "$i" -gt "$n" ] && i=$n
+    sed -n "${{i}}p" "{v}""#,
+        v = file.display()
+    )
+}
+
+/// A fake agent: implement appends to work.txt, verify prints the verdict from the file
+/// `verdicts` (one per line, by tick; the last repeats), orchestrate prints a line. Every
+/// call is recorded in `calls.log` as `role tick`.
+pub fn standard_agent(p: &Project, verdicts: &[&str]) -> PathBuf {
+    let v = p.verdicts(verdicts);
+    p.script(
+        "agent.sh",
+        &format!(
+            r#"role="$1"
+echo "$role $LOOPFLOW_TICK" >> "{calls}"
+case "$role" in
+  implement) echo "tick $LOOPFLOW_TICK" >> work.txt; echo implemented ;;
+  verify)
+    {verdict} ;;
+  orchestrate) echo orchestrated ;;
+esac"#,
+            calls = p.join("calls.log").display(),
+            verdict = line_of_tick(&v)
+        ),
+    )
+}
+
+// ---- git -------------------------------------------------------------------------------
+
+/// `git ARGS` in `dir`; panics unless it succeeds. Returns its stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(
+        o.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Commits what is staged in `dir`, as a throw-away identity.
+pub fn git_commit(dir: &Path, msg: &str) {
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            msg,
+        ],
+    );
+}
+
+/// Stages everything in `dir` and commits it.
+pub fn commit_all(dir: &Path, msg: &str) {
+    git(dir, &["add", "-A"]);
+    git_commit(dir, msg);
+}
+
+// ---- waiting -----------------------------------------------------------------------------
+
+/// Polls `done` until it holds; fails the test after [`PATIENCE`].
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < PATIENCE, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (up to [`PATIENCE`]) until `path` exists.
+pub fn wait_for_file(path: &Path) {
+    wait_until(&format!("{} to appear", path.display()), || path.exists());
+}
+
+/// Waits (up to [`PATIENCE`]) for `child` to exit; kills it and fails after that.
+pub fn wait_or_kill(child: &mut Child, what: &str) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            return st;
+        }
+        if start.elapsed() > PATIENCE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Live (non-zombie) processes in process group `pgid`, from `/proc` (Linux).
+pub fn live_group_members(pgid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 2 && f[2].parse::<i32>() == Ok(pgid) && f[0] != "Z" && f[0] != "X" {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits (up to 30 s, polling) until process group `pgid` has no live member;
+/// returns the members still alive at the end.
+pub fn wait_group_gone(pgid: i32) -> Vec<i32> {
+    let start = Instant::now();
+    loop {
+        let left = live_group_members(pgid);
+        if left.is_empty() || start.elapsed() > Duration::from_secs(30) {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
