@@ -5,8 +5,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use loopflow::diag::{Diagnostics, Source};
-use loopflow::pipeline::Pipeline;
+use loopflow::testing::{Diagnostics, Pipeline, Source};
 
 /// A chain with fan-in: node i needs i-1 and (every 7th) i-7; command nodes read an
 /// upstream node's exit code so template checks are exercised too.

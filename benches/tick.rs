@@ -8,8 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use loopflow::create::{CreateOptions, create};
-use loopflow::tick::{RunOptions, run_tick};
+use loopflow::testing::{CreateOptions, RunOptions, create, run_tick};
 
 const VERDICT: &str = r#"{"pass": false, "score": 0.5}"#;
 
@@ -60,17 +59,17 @@ fn floor(dir: &Path, round: Option<usize>) {
         assert!(status.success());
     }
     let state = dir.join("floor.state");
-    loopflow::fs_safe::write_atomic(dir, &state, b"{\"iteration_count\": 1}\n")
+    loopflow::testing::write_atomic(dir, &state, b"{\"iteration_count\": 1}\n")
         .expect("atomic write");
 }
 
 /// The verifier always says 0.5; clear the score history (untimed) before the window
 /// fills so the plateau brake never ends the benchmark.
-fn reset_history(paths: &loopflow::state::LoopPaths) {
+fn reset_history(paths: &loopflow::testing::LoopPaths) {
     let mut s = paths.load().expect("state");
     if s.score_history.len() >= 40 {
         s.score_history.clear();
-        loopflow::state::save(&paths.state, &s).expect("save");
+        loopflow::testing::save(&paths.state, &s).expect("save");
     }
 }
 

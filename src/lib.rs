@@ -1,32 +1,56 @@
 //! loopflow: runs AI coding-agent work unattended, in capped iterations, with a mandatory
-//! human approval at every halt. The binary (`main.rs`) only parses arguments and maps
-//! the library's results to exit codes.
+//! human approval at every halt. The binary (`main.rs`) only calls [`main`] and exits with
+//! its code.
+//!
+//! How a tick reads, top-down: `cli::run` → `tick` (open, lock, recover, load, gate, walk,
+//! settle) → `exec` (the DAG walk) → `node::*` (one file per node kind) → `lifecycle`
+//! (commit, halts, approvals, the schedule). Below them: `load` (loop.toml + pipeline +
+//! cross-checks) over `config`, `pipeline`, `preset`; `brakes` and `work_source`; and the
+//! leaves `state`, `process`, `git`, `template`, `toml_read`, `fs_safe`, `diag`.
+//! `scripts/modgraph.py` checks that no two modules import each other.
 
-pub mod blast;
-pub mod brakes;
-pub mod cli;
-pub mod config;
-pub mod create;
-pub mod diag;
-pub mod drift;
-pub mod duration;
-pub mod exec;
-pub mod exit;
-pub mod fs_safe;
-pub mod git;
-pub mod lifecycle;
-pub mod load;
-pub mod node;
-pub mod pipeline;
-pub mod preset;
-pub mod process;
-pub mod reason;
-pub mod schedule;
-pub mod schema;
-pub mod state;
-pub mod template;
-pub mod tick;
-pub mod toml_read;
-pub mod verdict;
-pub mod work_source;
-pub mod worktree;
+mod blast;
+mod brakes;
+mod cli;
+mod config;
+mod create;
+mod diag;
+mod drift;
+mod duration;
+mod exec;
+mod exit;
+mod fs_safe;
+mod git;
+mod lifecycle;
+mod load;
+mod node;
+mod pipeline;
+mod preset;
+mod process;
+mod reason;
+mod schedule;
+mod schema;
+mod state;
+mod template;
+mod tick;
+mod toml_read;
+mod verdict;
+mod work_source;
+mod worktree;
+
+pub use cli::main;
+
+/// What the integration tests and benchmarks reach for besides the binary. Not an API:
+/// it changes whenever they do.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::create::{CreateOptions, create};
+    pub use crate::diag::{Code, Diagnostics, Source};
+    pub use crate::fs_safe::write_atomic;
+    pub use crate::node::{COMMON_KEYS, REGISTRY, kind_names};
+    pub use crate::pipeline::Pipeline;
+    pub use crate::schema::get as schema;
+    pub use crate::state::{LoopPaths, load, save};
+    pub use crate::template::vars::{ALWAYS, NODE_FIELDS};
+    pub use crate::tick::{RunOptions, run_tick};
+}

@@ -1,3 +1,3 @@
 fn main() {
-    std::process::exit(loopflow::cli::main());
+    std::process::exit(loopflow::main());
 }

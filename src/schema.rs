@@ -15,7 +15,8 @@ pub fn get(name: &str) -> Option<&'static str> {
 }
 
 /// Generates a schema from the types (the drift test compares this to `get`).
-pub fn generate(name: &str) -> Option<String> {
+#[cfg(test)]
+fn generate(name: &str) -> Option<String> {
     let settings = schemars::generate::SchemaSettings::draft07();
     let generator = settings.into_generator();
     let schema = match name {
@@ -40,6 +41,7 @@ pub fn generate(name: &str) -> Option<String> {
 
 /// The node kinds and their own keys come from the registry ([`crate::node::REGISTRY`]),
 /// so a new kind needs no second, hand-kept list here.
+#[cfg(test)]
 fn add_node_kinds(schema: &mut serde_json::Value) {
     use serde_json::{Value, json};
     let defs = &mut schema["definitions"];

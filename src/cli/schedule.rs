@@ -226,6 +226,12 @@ pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
                     for l in &r.lines {
                         println!("{l}");
                     }
+                    if r.kept > 0 {
+                        eprintln!(
+                            "note: kept {} worktree(s) or branch(es) that hold work (see above)",
+                            r.kept
+                        );
+                    }
                     exit::OK
                 }
                 Err(e) => {

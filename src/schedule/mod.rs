@@ -25,11 +25,7 @@ mod launchd;
 mod schtasks;
 mod systemd;
 
-pub use cron::{cron_expr, cron_line};
-pub use install::{
-    Record, disable_best_effort, enable_best_effort, install, read_record, record_path,
-    systemd_dir, uninstall,
-};
+pub use install::{disable_best_effort, enable_best_effort, install, uninstall};
 
 /// Where a schedule can be generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

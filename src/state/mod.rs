@@ -18,7 +18,7 @@ pub mod tamper;
 
 pub use lock::TickLock;
 pub use log::{Event, LogArg};
-pub use paths::{LoopPaths, check_loop_name, list_loops, loops_dir};
+pub use paths::{LoopPaths, check_loop_name, list_loops};
 
 pub const SCHEMA_VERSION: u32 = 1;
 

@@ -8,7 +8,7 @@ mod scan;
 pub mod vars;
 
 pub use engine::{RenderError, engine, render, truthy};
-pub use scan::{HELPERS, ScanError, Usage, legacy_placeholders, scan};
+pub use scan::{HELPERS, Usage, legacy_placeholders, scan};
 
 use std::ops::Range;
 
