@@ -122,7 +122,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CreateError + '_ {
 /// Writes `loop.toml`, the prompts, `.gitignore` and a fresh `.state.loop`; creates the
 /// worktree unless disabled. Refuses to touch an existing loop.
 pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, CreateError> {
-    check_loop_name(o.name).map_err(CreateError::Usage)?;
+    check_loop_name(o.name).map_err(|e| CreateError::Usage(e.to_string()))?;
     let t = template(o.template).ok_or_else(|| {
         CreateError::Usage(format!(
             "unknown template `{}`; the built-in templates are:\n{}",

@@ -133,7 +133,7 @@ pub fn run_tick(
     opts: &RunOptions,
     cancel: &AtomicBool,
 ) -> Result<Summary, RunError> {
-    crate::state::check_loop_name(name).map_err(RunError::Usage)?;
+    crate::state::check_loop_name(name).map_err(|e| RunError::Usage(e.to_string()))?;
     // Agents run in another directory (the worktree) and get paths as arguments and in
     // LOOPFLOW_PROJECT: every path they see must be absolute, whatever `--project` was.
     let project = &std::path::absolute(project).map_err(|e| {

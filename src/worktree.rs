@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::git::git;
+use crate::git::{GitError, git, ok};
 use crate::state::{Event, LogArg, LoopPaths, State};
 
 /// The loop's worktree directory: `worktree_path` from the state (a relative one, as
@@ -28,18 +28,14 @@ pub struct Worktree {
 }
 
 /// `git worktree list --porcelain`.
-pub fn list(project: &Path) -> Result<Vec<Worktree>, String> {
-    let out = git(project, &["worktree", "list", "--porcelain", "-z"])?;
-    if !out.status.success() {
-        return Err(format!(
-            "git worktree list in {}: {}",
-            project.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
+pub fn list(project: &Path) -> Result<Vec<Worktree>, GitError> {
+    let stdout = ok(
+        git(project, &["worktree", "list", "--porcelain", "-z"])?,
+        "worktree list",
+    )?;
     let mut all = Vec::new();
     let mut cur: Option<Worktree> = None;
-    for field in out.stdout.split(|b| *b == 0) {
+    for field in stdout.split(|b| *b == 0) {
         let f = String::from_utf8_lossy(field);
         if let Some(p) = f.strip_prefix("worktree ") {
             if let Some(w) = cur.take() {
@@ -60,7 +56,7 @@ pub fn list(project: &Path) -> Result<Vec<Worktree>, String> {
 }
 
 /// Branches named `loopflow/*`.
-fn loop_branches(project: &Path) -> Result<Vec<String>, String> {
+fn loop_branches(project: &Path) -> Result<Vec<String>, GitError> {
     let out = git(
         project,
         &[
@@ -69,10 +65,8 @@ fn loop_branches(project: &Path) -> Result<Vec<String>, String> {
             "refs/heads/loopflow/",
         ],
     )?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
+    let stdout = ok(out, "for-each-ref")?;
+    Ok(String::from_utf8_lossy(&stdout)
         .lines()
         .map(str::to_string)
         .collect())
@@ -98,12 +92,9 @@ fn stale(project: &Path, name: &str, max_age: Duration) -> Option<String> {
     (idle >= max_age).then(|| format!("idle {}d", idle.as_secs() / 86400))
 }
 
-fn dirty(wt: &Path) -> Result<bool, String> {
+fn dirty(wt: &Path) -> Result<bool, GitError> {
     let out = git(wt, &["status", "--porcelain", "--untracked-files=all"])?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-    }
-    Ok(!out.stdout.is_empty())
+    Ok(!ok(out, "status")?.is_empty())
 }
 
 pub struct GcOptions {
@@ -119,7 +110,7 @@ pub struct GcReport {
 }
 
 /// Prunes stale loop worktrees and branches.
-pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, String> {
+pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
     let mut lines = Vec::new();
     let mut kept = 0;
     let verb = |s: &str| {
@@ -167,13 +158,7 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, String> {
                 args.extend(["--force", "--force"]);
             }
             args.push(&p);
-            let out = git(project, &args)?;
-            if !out.status.success() {
-                return Err(format!(
-                    "git worktree remove {p}: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
+            ok(git(project, &args)?, &format!("worktree remove {p}"))?;
             let paths = LoopPaths::new(project, name);
             if paths.dir.is_dir() {
                 let _ = paths.log(
@@ -217,7 +202,7 @@ fn delete_branch(
     o: &GcOptions,
     lines: &mut Vec<String>,
     kept: &mut usize,
-) -> Result<(), String> {
+) -> Result<(), GitError> {
     let branch = format!("loopflow/{name}");
     if o.dry_run {
         lines.push(format!(

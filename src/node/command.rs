@@ -45,11 +45,14 @@ impl NodeSpec for CommandNode {
     fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
         match ctx.render_argv(&self.argv, ctx.vars()) {
             Ok(a) => ctx.spawn(&a, ctx.timeout()),
-            Err(e) => NodeRun::fail(Failure::Template(e)),
+            Err(e) => NodeRun::fail(Failure::Template(e.to_string())),
         }
     }
 
     fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
-        Ok(Some(show_argv(&ctx.render_argv(&self.argv, ctx.vars())?)))
+        Ok(Some(show_argv(
+            &ctx.render_argv(&self.argv, ctx.vars())
+                .map_err(|e| e.to_string())?,
+        )))
     }
 }

@@ -23,6 +23,14 @@ use crate::verdict::Verdict;
 use crate::work_source::Task;
 use crate::work_source::WorkSourceReader;
 
+/// An argv element that did not render.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("argv element `{element}`: {error}")]
+pub struct ArgvError {
+    pub element: String,
+    pub error: RenderError,
+}
+
 /// What every node of one tick shares.
 pub struct TickScope<'a> {
     pub loop_name: &'a str,
@@ -273,11 +281,13 @@ impl<'a> NodeCtx<'a> {
     }
 
     /// Renders every argv element separately: one template, one argv element, no shell.
-    pub fn render_argv(&self, argv: &[Tmpl], vars: &Value) -> Result<Vec<String>, String> {
+    pub fn render_argv(&self, argv: &[Tmpl], vars: &Value) -> Result<Vec<String>, ArgvError> {
         argv.iter()
             .map(|t| {
-                template::render(self.scope.hb, &t.text, vars)
-                    .map_err(|e| format!("argv element `{}`: {e}", t.text))
+                template::render(self.scope.hb, &t.text, vars).map_err(|error| ArgvError {
+                    element: t.text.clone(),
+                    error,
+                })
             })
             .collect()
     }

@@ -22,7 +22,7 @@ mod git_commit;
 mod harness;
 mod verdict;
 
-pub use ctx::{Host, NodeCtx, Settled, Spawn, TickScope};
+pub use ctx::{ArgvError, Host, NodeCtx, Settled, Spawn, TickScope};
 
 /// A key a node kind accepts besides the common ones, for `check` and the JSON Schema.
 #[derive(Debug, Clone, Copy)]

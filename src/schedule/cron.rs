@@ -2,7 +2,7 @@
 //! cannot express are rounded to the nearest one it can, with a comment. Installing edits
 //! a marked block of the user's crontab.
 
-use super::{File, Target, tool_input, which};
+use super::{File, ScheduleError, Target, tool_input, which};
 
 /// The 5-field cron expression nearest to `secs`, and a note when it is not exact.
 pub fn cron_expr(secs: u64) -> (String, Option<String>) {
@@ -103,14 +103,14 @@ pub(super) fn cron_markers(label: &str) -> (String, String) {
 }
 
 /// The current crontab; an absent crontab (`no crontab for user`) is empty.
-pub(super) fn crontab_read() -> Result<String, String> {
+pub(super) fn crontab_read() -> Result<String, ScheduleError> {
     let out = duct::cmd!("crontab", "-l")
         .stdin_null()
         .stdout_capture()
         .stderr_capture()
         .unchecked()
         .run()
-        .map_err(|e| format!("`crontab -l`: {e} (is cron installed?)"))?;
+        .map_err(|e| ScheduleError::Tool(format!("`crontab -l`: {e} (is cron installed?)")))?;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }
@@ -118,7 +118,7 @@ pub(super) fn crontab_read() -> Result<String, String> {
     if err.contains("no crontab") {
         Ok(String::new())
     } else {
-        Err(format!("`crontab -l`: {}", err.trim()))
+        Err(ScheduleError::Tool(format!("`crontab -l`: {}", err.trim())))
     }
 }
 
@@ -146,7 +146,7 @@ pub(super) fn cron_without(text: &str, label: &str) -> String {
 }
 
 /// Replaces this label's block with `body` (or removes it) via `crontab -`.
-pub(super) fn crontab_set(label: &str, body: Option<&str>) -> Result<(), String> {
+pub(super) fn crontab_set(label: &str, body: Option<&str>) -> Result<(), ScheduleError> {
     let current = crontab_read()?;
     let mut next = cron_without(&current, label);
     if let Some(body) = body {

@@ -11,7 +11,7 @@ use super::kubernetes::kubernetes;
 use super::launchd::launchd;
 use super::schtasks::schtasks;
 use super::systemd::systemd;
-use super::{Platform, Target, auto, tool, tool_input};
+use super::{Platform, ScheduleError, Target, auto, io, tool, tool_input};
 use crate::state::{Event, LogArg, LoopPaths};
 
 /// What `install` left on this machine, kept in the loop dir (git-ignored).
@@ -40,16 +40,17 @@ pub fn read_record(paths: &LoopPaths) -> Option<Record> {
     serde_json::from_str(&text).ok()
 }
 
-pub(super) fn write_record(paths: &LoopPaths, r: &Record) -> Result<(), String> {
+pub(super) fn write_record(paths: &LoopPaths, r: &Record) -> Result<(), ScheduleError> {
     let p = record_path(paths);
-    let mut json = serde_json::to_vec_pretty(r).map_err(|e| e.to_string())?;
+    let mut json =
+        serde_json::to_vec_pretty(r).map_err(|e| io(&paths.dir)(std::io::Error::other(e)))?;
     json.push(b'\n');
-    crate::fs_safe::write_atomic(&paths.dir, &p, &json).map_err(|e| format!("{}: {e}", p.display()))
+    crate::fs_safe::write_atomic(&paths.dir, &p, &json).map_err(io(&p))
 }
 
 /// Makes sure the loop's `.gitignore` hides what scheduling writes (loops created by an
 /// older loopflow lack these lines).
-pub(super) fn ensure_ignored(paths: &LoopPaths) -> Result<(), String> {
+pub(super) fn ensure_ignored(paths: &LoopPaths) -> Result<(), ScheduleError> {
     let p = paths.dir.join(".gitignore");
     let text = std::fs::read_to_string(&p).unwrap_or_default();
     let missing: Vec<&str> = [".schedule.json", ".schedule.lock", ".schedule.log"]
@@ -67,18 +68,18 @@ pub(super) fn ensure_ignored(paths: &LoopPaths) -> Result<(), String> {
         out.push_str(l);
         out.push('\n');
     }
-    std::fs::write(&p, out).map_err(|e| format!("{}: {e}", p.display()))
+    std::fs::write(&p, out).map_err(io(&p))
 }
 
-pub(super) fn home() -> Result<PathBuf, String> {
+pub(super) fn home() -> Result<PathBuf, ScheduleError> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from)
-        .ok_or_else(|| "HOME is not set".to_string())
+        .ok_or_else(|| ScheduleError::Unsupported("HOME is not set".into()))
 }
 
 /// `$XDG_CONFIG_HOME/systemd/user` (default `~/.config/systemd/user`).
-pub fn systemd_dir() -> Result<PathBuf, String> {
+pub fn systemd_dir() -> Result<PathBuf, ScheduleError> {
     let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
         Some(x) => PathBuf::from(x),
         None => home()?.join(".config"),
@@ -86,11 +87,11 @@ pub fn systemd_dir() -> Result<PathBuf, String> {
     Ok(base.join("systemd").join("user"))
 }
 
-pub(super) fn write_file(path: &Path, text: &str) -> Result<(), String> {
+pub(super) fn write_file(path: &Path, text: &str) -> Result<(), ScheduleError> {
     if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(io(d))?;
     }
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::write(path, text).map_err(io(path))
 }
 
 pub(super) fn not_native(p: Platform) -> String {
@@ -123,7 +124,7 @@ pub fn install(
     p: Platform,
     t: &Target,
     paths: &LoopPaths,
-) -> Result<(Record, Vec<String>), String> {
+) -> Result<(Record, Vec<String>), ScheduleError> {
     let p = if p == Platform::Auto { auto() } else { p };
     // A schedule on another platform is removed first, so a loop has one schedule.
     if let Some(old) = read_record(paths)
@@ -171,7 +172,7 @@ pub fn install(
         }
         Platform::Launchd => {
             if !cfg!(target_os = "macos") {
-                return Err(not_native(p));
+                return Err(ScheduleError::Unsupported(not_native(p)));
             }
             let f = launchd(t);
             let path = home()?.join("Library/LaunchAgents").join(&f.name);
@@ -192,7 +193,7 @@ pub fn install(
         }
         Platform::Schtasks => {
             if !cfg!(windows) {
-                return Err(not_native(p));
+                return Err(ScheduleError::Unsupported(not_native(p)));
             }
             let f = schtasks(t);
             let dir = std::env::var_os("LOCALAPPDATA")
@@ -205,8 +206,8 @@ pub fn install(
             for u in f.text.encode_utf16() {
                 bytes.extend_from_slice(&u.to_le_bytes());
             }
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+            std::fs::write(&path, bytes).map_err(io(&path))?;
             files.push(path.clone());
             let tn = format!("\\loopflow\\{label}");
             tool(&[
@@ -257,13 +258,15 @@ pub fn install(
     ensure_ignored(paths)?;
     write_record(paths, &record)?;
     match pending {
-        Some(e) => Err(e),
+        Some(e) => Err(ScheduleError::Tool(e)),
         None => Ok((record, said)),
     }
 }
 
-pub(super) fn unreachable_auto() -> Result<(), String> {
-    Err("internal: `auto` was not resolved to a platform".into())
+pub(super) fn unreachable_auto() -> Result<(), ScheduleError> {
+    Err(ScheduleError::Unsupported(
+        "internal: `auto` was not resolved to a platform".into(),
+    ))
 }
 
 #[cfg(unix)]
@@ -278,7 +281,7 @@ pub(super) fn uid() -> u32 {
 }
 
 /// Removes what `install` did; fine to run when nothing is installed.
-pub fn uninstall(paths: &LoopPaths) -> Result<Vec<String>, String> {
+pub fn uninstall(paths: &LoopPaths) -> Result<Vec<String>, ScheduleError> {
     let Some(r) = read_record(paths) else {
         return Ok(vec![format!(
             "no schedule installed for loop {} (nothing to do)",
@@ -322,19 +325,19 @@ pub fn uninstall(paths: &LoopPaths) -> Result<Vec<String>, String> {
         match std::fs::remove_file(f) {
             Ok(()) => said.push(format!("removed {}", f.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("{}: {e}", f.display())),
+            Err(e) => return Err(io(f)(e)),
         }
     }
     if r.platform == Platform::Systemd && r.activated {
         let _ = tool(&["systemctl", "--user", "daemon-reload"]);
     }
     let rp = record_path(paths);
-    std::fs::remove_file(&rp).map_err(|e| format!("{}: {e}", rp.display()))?;
+    std::fs::remove_file(&rp).map_err(io(&rp))?;
     Ok(said)
 }
 
 /// Turns the installed schedule off or on without removing it.
-pub(super) fn set_enabled(r: &Record, on: bool) -> Result<(), String> {
+pub(super) fn set_enabled(r: &Record, on: bool) -> Result<(), ScheduleError> {
     match r.platform {
         Platform::Systemd => {
             let timer = format!("{}.timer", r.label);
@@ -370,7 +373,10 @@ pub(super) fn set_enabled(r: &Record, on: bool) -> Result<(), String> {
                 out.push('\n');
             }
             if !found {
-                return Err(format!("crontab has no `{}` entry any more", r.label));
+                return Err(ScheduleError::Unsupported(format!(
+                    "crontab has no `{}` entry any more",
+                    r.label
+                )));
             }
             if out != current {
                 tool_input(&["crontab", "-"], Some(&out))?;
@@ -381,10 +387,9 @@ pub(super) fn set_enabled(r: &Record, on: bool) -> Result<(), String> {
             // `launchctl disable` only affects the next load: unload/load the job itself.
             let domain = format!("gui/{}", uid());
             if on {
-                let plist = r
-                    .files
-                    .first()
-                    .ok_or_else(|| "the record names no plist".to_string())?;
+                let plist = r.files.first().ok_or_else(|| {
+                    ScheduleError::Unsupported("the record names no plist".into())
+                })?;
                 tool(&[
                     "launchctl",
                     "bootstrap",
@@ -407,10 +412,12 @@ pub(super) fn set_enabled(r: &Record, on: bool) -> Result<(), String> {
             ])
             .map(|_| ())
         }
-        Platform::GithubActions | Platform::Kubernetes | Platform::Auto => Err(format!(
-            "a {} schedule runs elsewhere; its ticks skip while the loop is halted",
-            r.platform.name()
-        )),
+        Platform::GithubActions | Platform::Kubernetes | Platform::Auto => {
+            Err(ScheduleError::Unsupported(format!(
+                "a {} schedule runs elsewhere; its ticks skip while the loop is halted",
+                r.platform.name()
+            )))
+        }
     }
 }
 
@@ -432,7 +439,7 @@ pub(super) fn toggle_best_effort(paths: &LoopPaths, on: bool) {
         }
         Err(e) => {
             args.insert(0, LogArg::Kv(key, "false".into()));
-            args.push(LogArg::Kv("reason", e.clone()));
+            args.push(LogArg::Kv("reason", e.to_string()));
         }
     }
     let _ = paths.log(Event::Schedule, &args);

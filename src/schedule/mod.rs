@@ -27,6 +27,39 @@ mod systemd;
 
 pub use install::{disable_best_effort, enable_best_effort, install, uninstall};
 
+/// Why a schedule could not be installed, removed or toggled.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// A scheduler's own tool (`crontab`, `systemctl`, `launchctl`, `schtasks`) could not
+    /// run or said no.
+    #[error("{0}")]
+    Tool(String),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The platform cannot do this here (not native, runs elsewhere, entry gone).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Lets command-line code that reports errors as text use `?`.
+impl From<ScheduleError> for String {
+    fn from(e: ScheduleError) -> String {
+        e.to_string()
+    }
+}
+
+/// Maps an I/O error on `path`.
+pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ScheduleError + '_ {
+    move |source| ScheduleError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
 /// Where a schedule can be generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -121,9 +154,9 @@ pub(super) fn systemctl_user_works() -> bool {
 }
 
 /// Runs a tool (argv, no shell) with optional stdin; `Ok(stdout)` on exit 0.
-pub(super) fn tool_input(argv: &[&str], input: Option<&str>) -> Result<String, String> {
+pub(super) fn tool_input(argv: &[&str], input: Option<&str>) -> Result<String, ScheduleError> {
     let Some((prog, args)) = argv.split_first() else {
-        return Err("empty argv".into());
+        return Err(ScheduleError::Tool("empty argv".into()));
     };
     let mut cmd = duct::cmd(*prog, args)
         .stdout_capture()
@@ -133,22 +166,24 @@ pub(super) fn tool_input(argv: &[&str], input: Option<&str>) -> Result<String, S
         Some(i) => cmd.stdin_bytes(i.as_bytes().to_vec()),
         None => cmd.stdin_null(),
     };
-    let out = cmd.run().map_err(|e| format!("`{prog}`: {e}"))?;
+    let out = cmd
+        .run()
+        .map_err(|e| ScheduleError::Tool(format!("`{prog}`: {e}")))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        Err(format!(
+        Err(ScheduleError::Tool(format!(
             "`{}` exited with {}: {err}",
             argv.join(" "),
             out.status
                 .code()
                 .map_or("a signal".into(), |c| c.to_string())
-        ))
+        )))
     }
 }
 
-pub(super) fn tool(argv: &[&str]) -> Result<String, String> {
+pub(super) fn tool(argv: &[&str]) -> Result<String, ScheduleError> {
     tool_input(argv, None)
 }
 

@@ -7,8 +7,15 @@ use std::path::{Path, PathBuf};
 use super::log::{self, Event, LogArg};
 use super::{State, StateError, io_err, load, save};
 
+/// A loop name that is not `^[a-z0-9][a-z0-9_-]{0,63}$` (a usage error, exit 2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid loop name {0:?}: use 1–64 characters from a-z, 0-9, `_` and `-`, starting with a letter or digit"
+)]
+pub struct LoopNameError(String);
+
 /// Loop names match `^[a-z0-9][a-z0-9_-]{0,63}$`: never a path.
-pub fn check_loop_name(name: &str) -> Result<(), String> {
+pub fn check_loop_name(name: &str) -> Result<(), LoopNameError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.as_bytes()[0].is_ascii_lowercase() | name.as_bytes()[0].is_ascii_digit()
@@ -18,9 +25,7 @@ pub fn check_loop_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "invalid loop name {name:?}: use 1–64 characters from a-z, 0-9, `_` and `-`, starting with a letter or digit"
-        ))
+        Err(LoopNameError(name.to_string()))
     }
 }
 

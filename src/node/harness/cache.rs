@@ -50,9 +50,19 @@ fn cache_path(ctx: &NodeCtx<'_>, role: &str) -> std::path::PathBuf {
     ctx.scope().cache_dir.join(format!("{role}.json"))
 }
 
+/// Why the cache key could not be computed (the tick then runs without the cache).
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("{}: {error}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        error: std::io::Error,
+    },
+}
+
 /// The cache key: task, artifact, and the role's prompt template (a changed verifier
 /// prompt must re-grade).
-pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, String> {
+pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, CacheError> {
     let mut h = Key::new();
     h.field(ctx.scope().task().map_or("", |t| t.id.as_str()).as_bytes());
     let artifact = vars
@@ -63,7 +73,10 @@ pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, String
     match artifact {
         Some(p) => {
             h.field(b"artifact-file");
-            h.field(&std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))?);
+            h.field(&std::fs::read(p).map_err(|error| CacheError::Read {
+                path: p.to_path_buf(),
+                error,
+            })?);
         }
         None => {
             h.field(b"working-tree");
@@ -79,7 +92,7 @@ pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, String
 /// Hashes every file of the working tree that git would see (tracked and untracked, not
 /// ignored), or every file when `dir` is not in a git repository; `.loopflow/` and `.git/`
 /// are always left out.
-fn tree_hash(dir: &Path, h: &mut Key) -> Result<(), String> {
+fn tree_hash(dir: &Path, h: &mut Key) -> Result<(), CacheError> {
     let listed = git(dir, &["ls-files", "-co", "--exclude-standard", "-z"])
         .ok()
         .filter(|o| o.status.success());
@@ -125,8 +138,11 @@ fn tree_hash(dir: &Path, h: &mut Key) -> Result<(), String> {
     Ok(())
 }
 
-fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), CacheError> {
+    let entries = std::fs::read_dir(dir).map_err(|error| CacheError::Read {
+        path: dir.to_path_buf(),
+        error,
+    })?;
     for e in entries.flatten() {
         let p = e.path();
         let Ok(rel) = p.strip_prefix(root) else {

@@ -47,6 +47,25 @@ struct HarnessNode {
     role: Str,
 }
 
+/// Why a role's prompt or argv could not be prepared (an ABORT `template:…`).
+#[derive(Debug, thiserror::Error)]
+enum PrepareError {
+    #[error("role `{0}` has no [roles.{0}] in loop.toml")]
+    NoRole(String),
+    #[error("prompt {}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("prompt {}: {error}", path.display())]
+    Render {
+        path: PathBuf,
+        error: crate::template::RenderError,
+    },
+    #[error(transparent)]
+    Argv(#[from] crate::node::ArgvError),
+}
+
 /// A role's variables and rendered prompt, ready to spawn.
 struct Prepared {
     vars: Value,
@@ -75,16 +94,15 @@ fn session_id(ctx: &NodeCtx<'_>, role: &str) -> String {
 }
 
 impl HarnessNode {
-    fn role_config<'a>(&self, ctx: &NodeCtx<'a>) -> Result<&'a Role, String> {
-        let role = &self.role.value;
+    fn role_config<'a>(&self, ctx: &NodeCtx<'a>) -> Result<&'a Role, PrepareError> {
         ctx.config()
             .roles
-            .get(role)
-            .ok_or_else(|| format!("role `{role}` has no [roles.{role}] in loop.toml"))
+            .get(&self.role.value)
+            .ok_or_else(|| PrepareError::NoRole(self.role.value.clone()))
     }
 
     /// Adds the role variables and renders the prompt (or the compaction prompt).
-    fn prepare(&self, ctx: &NodeCtx<'_>) -> Result<Prepared, String> {
+    fn prepare(&self, ctx: &NodeCtx<'_>) -> Result<Prepared, PrepareError> {
         let role = &self.role.value;
         let cfg = self.role_config(ctx)?;
         let prompt_path = ctx.output_file(role, "prompt.md");
@@ -105,11 +123,17 @@ impl HarnessNode {
                 },
             );
         }
-        let render = |path: &std::path::Path| -> Result<String, String> {
-            let text = crate::fs_safe::read_to_string(path)
-                .map_err(|e| format!("prompt {}: {e}", path.display()))?;
+        let render = |path: &std::path::Path| -> Result<String, PrepareError> {
+            let text =
+                crate::fs_safe::read_to_string(path).map_err(|error| PrepareError::Read {
+                    path: path.to_path_buf(),
+                    error,
+                })?;
             ctx.render_with(&text, &vars)
-                .map_err(|e| format!("prompt {}: {e}", path.display()))
+                .map_err(|error| PrepareError::Render {
+                    path: path.to_path_buf(),
+                    error,
+                })
         };
         let mut prompt = match &cfg.prompt {
             Some((path, _)) => render(path)?,
@@ -165,8 +189,8 @@ impl HarnessNode {
         })
     }
 
-    fn argv(&self, ctx: &NodeCtx<'_>, vars: &Value) -> Result<Vec<String>, String> {
-        ctx.render_argv(&ctx.config().command_for(&self.role.value), vars)
+    fn argv(&self, ctx: &NodeCtx<'_>, vars: &Value) -> Result<Vec<String>, PrepareError> {
+        Ok(ctx.render_argv(&ctx.config().command_for(&self.role.value), vars)?)
     }
 }
 
@@ -186,7 +210,7 @@ impl NodeSpec for HarnessNode {
             compacted,
         } = match self.prepare(ctx) {
             Ok(x) => x,
-            Err(e) => return NodeRun::fail(Failure::Template(e)),
+            Err(e) => return NodeRun::fail(Failure::Template(e.to_string())),
         };
         if let Some(c) = &compacted {
             ctx.event(Event::Compact, &[LogArg::Word(c)]);
@@ -214,7 +238,7 @@ impl NodeSpec for HarnessNode {
         let output_path = ctx.output_path();
         let argv = match self.argv(ctx, &vars) {
             Ok(a) => a,
-            Err(e) => return NodeRun::fail(Failure::Template(e)),
+            Err(e) => return NodeRun::fail(Failure::Template(e.to_string())),
         };
         let timeout = ctx
             .timeout()
@@ -261,8 +285,8 @@ impl NodeSpec for HarnessNode {
     }
 
     fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
-        let p = self.prepare(ctx)?;
-        let argv = show_argv(&self.argv(ctx, &p.vars)?);
+        let p = self.prepare(ctx).map_err(|e| e.to_string())?;
+        let argv = show_argv(&self.argv(ctx, &p.vars).map_err(|e| e.to_string())?);
         Ok(Some(match p.compacted {
             Some(c) => format!("{argv}  (compaction prompt: {c})"),
             None => argv,
