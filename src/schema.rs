@@ -132,6 +132,48 @@ pub mod files {
         pub roles: Option<BTreeMap<String, RoleFile>>,
         pub blast_radius: Option<BlastRadiusFile>,
         pub worktree: Option<WorktreeFile>,
+        pub sandbox: Option<SandboxFile>,
+        pub notify: Option<NotifyFile>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(rename_all = "lowercase")]
+    pub enum SandboxMode {
+        Auto,
+        Enforce,
+        Off,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(rename_all = "lowercase")]
+    pub enum NetworkPolicy {
+        Allow,
+        Deny,
+    }
+
+    /// How spawned processes are confined (DESIGN §12).
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct SandboxFile {
+        /// auto: confine where the kernel can (default); enforce: halt rather than run
+        /// unconfined; off: no confinement.
+        pub mode: Option<SandboxMode>,
+        /// Extra paths spawned processes may write (absolute, or under `~/`).
+        pub write: Option<Vec<String>>,
+        /// deny: no TCP connections or listening sockets.
+        pub network: Option<NetworkPolicy>,
+    }
+
+    /// A command run at every halt, with the event as one JSON object on stdin.
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct NotifyFile {
+        /// Argv templates (no shell), e.g. ["notify-send", "loopflow: {{loop}} halted"].
+        pub command: Vec<String>,
+        /// How long the notifier may run (default "30s").
+        pub timeout: Option<String>,
     }
 
     #[derive(Deserialize, JsonSchema)]
@@ -230,6 +272,8 @@ pub mod files {
         pub model_args: Option<Vec<String>>,
         pub usage: Option<UsageFile>,
         pub timeout: Option<String>,
+        /// Stop an agent that writes nothing to stdout or stderr for this long, e.g. "5m".
+        pub idle_timeout: Option<String>,
     }
 
     #[derive(Deserialize, JsonSchema)]
@@ -245,6 +289,7 @@ pub mod files {
         pub usage: Option<UsageFile>,
         pub model: Option<String>,
         pub timeout: Option<String>,
+        pub idle_timeout: Option<String>,
         /// Reuse the verdict when task and artifact match an earlier tick (off by default).
         pub cache: Option<bool>,
         /// Rendered instead of `prompt` when prompt plus carried context (bytes/4 tokens)

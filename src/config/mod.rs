@@ -12,10 +12,14 @@ use crate::toml_read::{self, Str, Table};
 
 mod agent;
 mod brakes;
+mod notify;
+mod sandbox;
 mod work_source;
 
 pub use agent::{Agent, AgentKeys, DEFAULT_HARNESS};
 pub use brakes::{Brakes, HARD_CONTEXT_FLOOR};
+pub use notify::Notify;
+pub use sandbox::Sandbox;
 pub use work_source::WorkSource;
 
 #[derive(Debug, Clone)]
@@ -26,6 +30,8 @@ pub struct Role {
     pub prompt: Option<(PathBuf, Str)>,
     pub model: Option<String>,
     pub timeout: Option<Duration>,
+    /// No output on stdout or stderr for this long stops the role like a timeout.
+    pub idle_timeout: Option<Duration>,
     pub cache: bool,
     /// Rendered instead of `prompt` when the prompt would fill too much of the context.
     pub compaction_prompt: Option<(PathBuf, Str)>,
@@ -44,6 +50,7 @@ pub struct LoopConfig {
     pub brakes: Brakes,
     pub interval_seconds: u64,
     pub harness_timeout: Option<Duration>,
+    pub harness_idle_timeout: Option<Duration>,
     /// `[harness]`'s agent keys, for roles that set none of their own.
     pub harness: AgentKeys,
     pub roles: IndexMap<String, Role>,
@@ -51,6 +58,8 @@ pub struct LoopConfig {
     pub allow: Vec<Str>,
     pub deny: Vec<Str>,
     pub worktree: bool,
+    pub sandbox: Sandbox,
+    pub notify: Option<Notify>,
 }
 
 /// `p` as written, or under `dir` when relative.
@@ -118,6 +127,8 @@ impl LoopConfig {
                 "roles",
                 "blast_radius",
                 "worktree",
+                "sandbox",
+                "notify",
             ],
             diags,
         );
@@ -129,14 +140,23 @@ impl LoopConfig {
         let interval_seconds = read_interval(&root, diags);
 
         let mut harness_timeout = None;
+        let mut harness_idle_timeout = None;
         let mut harness = AgentKeys::default();
         if let Some(t) = root.table("harness", diags) {
             t.deny_unknown(
-                &["preset", "command", "model_args", "usage", "timeout"],
+                &[
+                    "preset",
+                    "command",
+                    "model_args",
+                    "usage",
+                    "timeout",
+                    "idle_timeout",
+                ],
                 diags,
             );
             harness = AgentKeys::read(&t, diags);
             harness_timeout = t.duration("timeout", diags);
+            harness_idle_timeout = t.duration("idle_timeout", diags);
         }
 
         let mut roles = IndexMap::new();
@@ -157,6 +177,8 @@ impl LoopConfig {
                 t.bool("enabled", diags).unwrap_or(true)
             }
         };
+        let sandbox = sandbox::read(root.table("sandbox", diags), diags);
+        let notify = notify::read(root.table("notify", diags), diags);
         Some(LoopConfig {
             source: source.clone(),
             dir: dir.to_path_buf(),
@@ -165,12 +187,15 @@ impl LoopConfig {
             brakes: brakes?,
             interval_seconds,
             harness_timeout,
+            harness_idle_timeout,
             harness,
             roles,
             roles_span,
             allow,
             deny,
             worktree,
+            sandbox,
+            notify,
         })
     }
 
@@ -246,6 +271,7 @@ fn read_role(name: Str, t: &Table<'_, '_>, dir: &Path, diags: &mut Diagnostics) 
             "usage",
             "model",
             "timeout",
+            "idle_timeout",
             "cache",
             "compaction_prompt",
             "compaction_share",
@@ -259,6 +285,7 @@ fn read_role(name: Str, t: &Table<'_, '_>, dir: &Path, diags: &mut Diagnostics) 
         .map(|s| s.value)
         .filter(|m| !m.is_empty());
     let timeout = t.duration("timeout", diags);
+    let idle_timeout = t.duration("idle_timeout", diags);
     let cache = t.bool("cache", diags).unwrap_or(false);
     let compaction_prompt = t
         .str("compaction_prompt", diags)
@@ -286,6 +313,7 @@ fn read_role(name: Str, t: &Table<'_, '_>, dir: &Path, diags: &mut Diagnostics) 
         prompt,
         model,
         timeout,
+        idle_timeout,
         cache,
         compaction_prompt,
         compaction_share,

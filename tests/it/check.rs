@@ -761,6 +761,8 @@ fn loop_schema_keys_are_accepted_by_the_checker() {
         ("roles.implement", "RoleFile"),
         ("blast_radius", "BlastRadiusFile"),
         ("worktree", "WorktreeFile"),
+        ("sandbox", "SandboxFile"),
+        ("notify", "NotifyFile"),
     ] {
         table(name, def, &mut text);
     }
