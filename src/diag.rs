@@ -130,6 +130,7 @@ codes! {
     MissingFile = "missing-file": "A file that is named (a loop's pipeline, a path given to check) cannot be read.",
     NoCommit = "no-commit": "No `commit` node is reachable, so a tick could never advance the loop.",
     EmptyArgv = "empty-argv": "A command is an empty list, so there is nothing to run.",
+    PresetWithCommand = "preset-with-command": "A table sets both `preset` and `command`; the command would silently replace the preset's.",
     ModelNotPassed = "model-not-passed": "Implement and verify name different models but the harness command never passes `{{model}}`.",
     LegacyPlaceholder = "legacy-placeholder": "A single-brace `{name}` token from the predecessor's syntax; it is passed through literally.",
     UnreachableNode = "unreachable-node": "A node with no path to or from any `commit` node; its result never matters.",

@@ -109,6 +109,12 @@ fn classify(t: &str) -> DurationError {
     DurationError::Invalid(t.to_string())
 }
 
+/// A duration as people write it, without spaces: `5m`, `1m30s`, `1h`, `500ms`.
+pub fn human(d: Duration) -> String {
+    let sd = jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::MAX);
+    format!("{sd:#}").replace(' ', "")
+}
+
 /// Parses a `--max-age` like `14d`, `12h`, `30m`, `90s`, or plain seconds (`90`).
 pub fn parse_age(s: &str) -> Result<Duration, DurationError> {
     let t = s.trim();
@@ -164,6 +170,13 @@ mod tests {
         }
         assert!(parse_age("999999999999999999d").is_err());
         assert!(parse_age("99999999999999999999999").is_err());
+    }
+
+    #[test]
+    fn human_form_round_trips() {
+        for s in ["5m", "1m30s", "1h", "500ms", "45m"] {
+            assert_eq!(human(parse_duration(s).unwrap()), s);
+        }
     }
 
     #[test]

@@ -12,6 +12,8 @@ use crate::state::State;
 use crate::template;
 use crate::verdict::Verdict;
 
+pub use crate::node::Stop;
+
 /// Where the walk ended.
 #[derive(Debug, Clone)]
 pub enum End {
@@ -208,10 +210,12 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
             let node = &p.nodes[v];
             match r {
                 NodeRun::Ok(out) => {
+                    host.settled(&out);
                     w.status[v] = NodeStatus::Ok;
                     w.outputs[v] = Some(out);
                 }
                 NodeRun::Failed { reason, output } => {
+                    host.settled(&output);
                     w.status[v] = NodeStatus::Failed;
                     w.outputs[v] = Some(output);
                     let policy = if reason.is_interrupt() {
@@ -278,8 +282,18 @@ fn run_node(p: &Pipeline, c: &NodeCtx<'_>, host: &dyn Host, v: usize) -> (NodeRu
     let start = Instant::now();
     let mut attempt = 0;
     loop {
-        if let Err(reason) = host.before_node() {
-            return (NodeRun::fail(reason), ms_since(start));
+        match host.before_node(node.spec.runs_process()) {
+            Ok(()) => {}
+            Err(Stop::Fail(reason)) => return (NodeRun::fail(reason), ms_since(start)),
+            Err(Stop::Halt(reason, detail)) => {
+                return (
+                    NodeRun::Halt {
+                        reason,
+                        detail: Some(detail),
+                    },
+                    ms_since(start),
+                );
+            }
         }
         let r = node.spec.run(c);
         if let NodeRun::Failed { reason, .. } = &r

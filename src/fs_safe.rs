@@ -16,17 +16,49 @@ pub const VERDICT_TAIL: u64 = 1 << 20;
 /// reads whole.
 pub const TEXT_MAX: u64 = 16 << 20;
 
+/// Opens `path` for reading without ever blocking, and only if it is a regular file: a
+/// FIFO an agent put in place of a prompt or the state would hang a plain `open`, and a
+/// device could be endless.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true);
+    nonblocking(&mut o);
+    let f = o.open(path)?;
+    regular(&f)?;
+    Ok(f)
+}
+
+/// Refuses anything but a regular file.
+pub fn regular(f: &File) -> io::Result<()> {
+    if f.metadata()?.is_file() {
+        Ok(())
+    } else {
+        Err(io::Error::other(
+            "is not a regular file; loopflow reads and writes only regular files here",
+        ))
+    }
+}
+
+/// Adds `O_NONBLOCK`: opening a FIFO never waits for its other end.
+pub fn nonblocking(o: &mut OpenOptions) -> &mut OpenOptions {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.custom_flags(libc::O_NONBLOCK);
+    }
+    o
+}
+
 /// At most the first `cap` bytes of `path`.
 pub fn head(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();
-    File::open(path)?.take(cap).read_to_end(&mut out)?;
+    open_regular(path)?.take(cap).read_to_end(&mut out)?;
     Ok(out)
 }
 
-/// At most the last `cap` bytes of `path` (of a file whose size is unknown, such as a
-/// device, the first `cap`).
+/// At most the last `cap` bytes of `path`.
 pub fn tail(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
-    let mut f = File::open(path)?;
+    let mut f = open_regular(path)?;
     let len = f.metadata()?.len();
     if len > cap {
         f.seek(SeekFrom::Start(len - cap))?;
@@ -48,12 +80,14 @@ pub fn read_to_string(path: &Path) -> io::Result<String> {
     String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// Adds `O_NOFOLLOW`: opening a path whose last component is a symlink fails (`ELOOP`).
+/// Adds `O_NOFOLLOW` and `O_NONBLOCK`: opening a path whose last component is a
+/// symlink fails (`ELOOP`), and opening a FIFO never waits. Callers then check that what
+/// they opened is a regular file ([`regular`]).
 pub fn nofollow(o: &mut OpenOptions) -> &mut OpenOptions {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        o.custom_flags(libc::O_NOFOLLOW);
+        o.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
     }
     o
 }
@@ -119,8 +153,14 @@ mod tests {
         assert_eq!(read_to_string(&p).unwrap(), "0123456789");
         #[cfg(unix)]
         {
-            assert_eq!(tail(Path::new("/dev/zero"), 8).unwrap(), vec![0; 8]);
+            // Devices and FIFOs are refused, never read (or waited on).
+            assert!(tail(Path::new("/dev/zero"), 8).is_err());
             assert!(read_to_string(Path::new("/dev/zero")).is_err());
+            let fifo = dir.path().join("fifo");
+            let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            let e = read_to_string(&fifo).unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{e}");
         }
     }
 }

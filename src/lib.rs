@@ -28,6 +28,7 @@ mod pipeline;
 mod preset;
 mod process;
 mod reason;
+mod sandbox;
 mod schedule;
 mod schema;
 mod state;

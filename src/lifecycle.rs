@@ -51,6 +51,9 @@ pub struct TickStart<'a> {
     pub watched: &'a Watched,
     /// The task the tick worked on.
     pub task: Option<&'a str>,
+    /// A halt the tick saw in the state file while it ran (a human's): it stands, even if
+    /// the file and the log lost it since.
+    pub seen_halt: Option<Halt>,
 }
 
 /// Sets a halt unless the loop is already halted. Returns the halt it set.
@@ -183,6 +186,12 @@ pub fn commit(
             *s = start.state.clone();
             s.halt = halt;
             s.current_phase = phase;
+        }
+        if s.halt.is_none()
+            && let Some(h) = &start.seen_halt
+        {
+            s.halt = Some(h.clone());
+            forged.push("halt (erased during the tick)");
         }
         if s.halt.is_none()
             && let Some(reason) = &logged_halt

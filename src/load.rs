@@ -458,6 +458,17 @@ fn check_model_divergence(lc: &LoopConfig, view: &View<'_>, diags: &mut Diagnost
     }
 }
 
+/// `p` with the user's home shown as `~`, so output reads the same on every machine.
+fn tilde(p: &std::path::Path) -> String {
+    match std::env::var_os("HOME").map(std::path::PathBuf::from) {
+        Some(h) if !h.as_os_str().is_empty() && p.starts_with(&h) => {
+            let rest = p.strip_prefix(&h).unwrap_or(p);
+            format!("~/{}", rest.display())
+        }
+        _ => p.display().to_string(),
+    }
+}
+
 /// `check --explain`: each role's expanded argv (templates unrendered) and where its
 /// usage is read from.
 pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
@@ -485,6 +496,17 @@ pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
             role.value,
             crate::node::show_argv(&argv)
         ));
+        if agent.stdin_prompt {
+            out.push_str("    prompt: on stdin (the rendered prompt text)\n");
+        }
+        if !agent.env.is_empty() {
+            let names: Vec<&str> = agent.env.iter().map(|(k, _)| k.as_str()).collect();
+            out.push_str(&format!("    env: {}\n", names.join(", ")));
+        }
+        if !agent.sandbox_write.is_empty() {
+            let dirs: Vec<String> = agent.sandbox_write.iter().map(|p| tilde(p)).collect();
+            out.push_str(&format!("    may also write: {}\n", dirs.join(", ")));
+        }
         let u = &agent.usage;
         if !u.is_empty() {
             let mut parts = vec![match u.format {

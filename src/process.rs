@@ -1,28 +1,47 @@
 //! Running child processes: argv only (never a shell), each in its own process group,
-//! output to files, and on timeout or interruption TERM to the whole group, a grace
-//! period, then KILL, so no grandchild outlives its node.
+//! output to files, optionally confined by the sandbox, and on timeout, silence or
+//! interruption TERM to the whole group, a grace period, then KILL, so no grandchild
+//! outlives its node. Processes that escape their group (`setsid`, double forks) are
+//! caught too: loopflow is their subreaper, and what is left when a node or a tick ends
+//! is killed ([`reap_leftovers`]); a tick that was itself killed leaves a mark the next
+//! one finds ([`kill_loop_processes`]).
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::reason::Failure;
+use crate::sandbox::Prepared;
 
 /// How long a group gets between TERM and KILL.
 pub const GRACE: Duration = Duration::from_secs(5);
 
+/// How often a running child is looked at (deadline, silence, interrupt, the tick's own
+/// watch). An exit is noticed at once; everything else within this.
+const POLL: Duration = Duration::from_millis(100);
+
 pub struct Spawn<'a> {
     pub argv: &'a [String],
     pub cwd: &'a Path,
+    /// Added to the inherited environment (`PWD`, `TMPDIR`, `LOOPFLOW_*`, a preset's).
     pub env: Vec<(String, String)>,
+    /// A file fed on stdin (the prompt, for agents that read it there); else /dev/null.
+    pub stdin: Option<&'a Path>,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
     pub timeout: Option<Duration>,
+    /// Stop the child when it writes nothing to stdout or stderr for this long.
+    pub idle: Option<Duration>,
     pub cancel: &'a AtomicBool,
+    /// Confinement, when the tick has one.
+    pub sandbox: Option<&'a Prepared>,
     /// Told the child's process group as soon as it exists (the tick records it).
     pub on_spawn: Option<&'a (dyn Fn(u32) + Sync)>,
+    /// Called at every poll while the child runs (the tick watches its state file).
+    pub on_poll: Option<&'a (dyn Fn() + Sync)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +49,8 @@ pub enum Exit {
     Code(i32),
     Signal(i32),
     TimedOut,
+    /// Silent (no output) for this long.
+    Idle(Duration),
     Interrupted,
     /// The program could not be started (not found, not executable).
     SpawnFailed(String),
@@ -42,6 +63,7 @@ impl Exit {
             Exit::Code(c) => Failure::Exit(*c),
             Exit::Signal(s) => Failure::Signal(*s),
             Exit::TimedOut => Failure::Timeout,
+            Exit::Idle(d) => Failure::Idle(crate::duration::human(*d)),
             Exit::Interrupted => Failure::Interrupted,
             Exit::SpawnFailed(e) => Failure::Spawn(e.clone()),
         }
@@ -61,6 +83,12 @@ pub struct Finished {
     pub elapsed: Duration,
 }
 
+/// The pids of children a `run` is waiting for: never reaped or killed as leftovers.
+fn tracked() -> &'static Mutex<HashSet<u32>> {
+    static TRACKED: std::sync::OnceLock<Mutex<HashSet<u32>>> = std::sync::OnceLock::new();
+    TRACKED.get_or_init(Default::default)
+}
+
 #[cfg(unix)]
 fn signal_group(pgid: u32, sig: i32) {
     // SAFETY: killpg only sends a signal; a stale pgid yields ESRCH, which we ignore.
@@ -75,13 +103,10 @@ fn group_alive(pgid: u32) -> bool {
     unsafe { libc::killpg(pgid as libc::pid_t, 0) == 0 }
 }
 
-/// TERM the group, wait up to the grace period for it to empty, then KILL.
-/// `reap` collects the group leader when it exits: until it is reaped it stays in the
-/// group as a zombie, and the group would look alive for the whole grace period.
+/// TERM the group, wait up to the grace period for it to empty, then KILL. The waiter
+/// thread reaps the group leader as soon as it exits, so a group that obeys TERM is seen
+/// empty at once (an unreaped zombie would keep it "alive" for the whole grace period).
 #[cfg(unix)]
-/// The waiter thread reaps the group leader as soon as it exits, so a group that obeys
-/// TERM is seen empty at once (an unreaped zombie would keep it "alive" for the whole
-/// grace period).
 fn stop_group(pgid: u32) {
     signal_group(pgid, libc::SIGTERM);
     let deadline = Instant::now() + GRACE;
@@ -94,33 +119,42 @@ fn stop_group(pgid: u32) {
     signal_group(pgid, libc::SIGKILL);
 }
 
+/// Bytes written so far to the child's output files (for the idle timeout).
+fn output_len(a: &Path, b: &Path) -> u64 {
+    let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    len(a) + len(b)
+}
+
 pub fn run(spec: &Spawn<'_>) -> Finished {
     let start = Instant::now();
+    let failed = |why: String| Finished {
+        exit: Exit::SpawnFailed(why),
+        elapsed: start.elapsed(),
+    };
     let Some((program, args)) = spec.argv.split_first() else {
-        return Finished {
-            exit: Exit::SpawnFailed("empty argv".into()),
-            elapsed: Duration::ZERO,
-        };
+        return failed("empty argv".into());
     };
     // Created afresh, never through a symlink or hard link an earlier agent planted.
     let files = crate::fs_safe::create_owned(&spec.stdout)
         .and_then(|o| Ok((o, crate::fs_safe::create_owned(&spec.stderr)?)));
     let (out, err) = match files {
         Ok(f) => f,
-        Err(e) => {
-            return Finished {
-                exit: Exit::SpawnFailed(format!("output files: {e}")),
-                elapsed: start.elapsed(),
-            };
-        }
+        Err(e) => return failed(format!("output files: {e}")),
     };
-    // std's Command rather than duct here: measured, duct's SIGCHLD waiter added ~0.3 ms
-    // per spawn (a third of the cost of spawning `true`), and a tick spawns three agents.
-    // `process_group` keeps std on its posix_spawn fast path.
+    let stdin = match spec.stdin {
+        None => Stdio::null(),
+        Some(p) => match crate::fs_safe::open_regular(p) {
+            Ok(f) => Stdio::from(f),
+            Err(e) => return failed(format!("stdin {}: {e}", p.display())),
+        },
+    };
+    // std's Command rather than duct: measured, duct's SIGCHLD waiter added ~0.3 ms per
+    // spawn. `process_group` keeps std on its posix_spawn fast path, and the sandbox is
+    // entered by a short-lived spawning thread, not a pre_exec hook, for the same reason.
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .current_dir(spec.cwd)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(out)
         .stderr(err)
         .envs(spec.env.iter().map(|(k, v)| (k, v)));
@@ -129,7 +163,14 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
     }
-    let mut child = match cmd.spawn() {
+    // The child is recorded before anyone can look: a node reaping leftovers on another
+    // thread must never collect it (its own wait would then fail with ECHILD).
+    let mut tracking = tracked().lock().unwrap_or_else(|e| e.into_inner());
+    let spawned = match spec.sandbox {
+        Some(s) => s.spawn_via_thread(&mut cmd),
+        None => cmd.spawn(),
+    };
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             let why = match e.kind() {
@@ -137,29 +178,27 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
                 std::io::ErrorKind::PermissionDenied => format!("`{program}` is not executable"),
                 _ => e.to_string(),
             };
-            return Finished {
-                exit: Exit::SpawnFailed(why),
-                elapsed: start.elapsed(),
-            };
+            return failed(why);
         }
     };
     let pgid = child.id();
+    tracking.insert(pgid);
+    drop(tracking);
     if let Some(f) = spec.on_spawn {
         f(pgid);
     }
-    // A waiter thread blocks in wait(); this thread watches the deadline and the
-    // interrupt flag, so an exit is noticed at once and a signal within 100 ms.
+    // A waiter thread blocks in wait(); this thread watches the deadline, the output's
+    // growth and the interrupt flag, so an exit is noticed at once and the rest in POLL.
     let (tx, rx) = mpsc::channel();
     let waiter = std::thread::spawn(move || {
         let _ = tx.send(child.wait());
     });
     let deadline = spec.timeout.map(|t| start + t);
+    let mut heard = (output_len(&spec.stdout, &spec.stderr), Instant::now());
     let outcome = loop {
         let step = match deadline {
-            Some(d) => d
-                .saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(100)),
-            None => Duration::from_millis(100),
+            Some(d) => d.saturating_duration_since(Instant::now()).min(POLL),
+            None => POLL,
         };
         match rx.recv_timeout(step) {
             Ok(Ok(status)) => break exit_of(&status),
@@ -169,16 +208,27 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
+        if let Some(f) = spec.on_poll {
+            f();
+        }
         if spec.cancel.load(Ordering::SeqCst) {
             break Exit::Interrupted;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             break Exit::TimedOut;
         }
+        if let Some(idle) = spec.idle {
+            let now = output_len(&spec.stdout, &spec.stderr);
+            if now != heard.0 {
+                heard = (now, Instant::now());
+            } else if heard.1.elapsed() >= idle {
+                break Exit::Idle(idle);
+            }
+        }
     };
     #[cfg(unix)]
     match outcome {
-        Exit::TimedOut | Exit::Interrupted => {
+        Exit::TimedOut | Exit::Interrupted | Exit::Idle(_) => {
             stop_group(pgid);
             let _ = rx.recv();
         }
@@ -186,51 +236,104 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
         _ if group_alive(pgid) => stop_group(pgid),
         _ => {}
     }
-    #[cfg(not(unix))]
-    if matches!(outcome, Exit::TimedOut | Exit::Interrupted) {
-        let _ = pgid;
-    }
     let _ = waiter.join();
+    if let Ok(mut t) = tracked().lock() {
+        t.remove(&pgid);
+    }
     Finished {
         exit: outcome,
         elapsed: start.elapsed(),
     }
 }
 
-/// Kills what is left of process group `pgid` from a tick that died (`kill -9` of
-/// `loopflow run`), but only processes that carry this loop's `LOOPFLOW_LOOP` and
-/// `LOOPFLOW_PROJECT`: a recycled group id never takes an unrelated process down.
-/// Returns how many were killed. Linux only (it reads `/proc`).
-pub fn kill_orphans(pgid: u32, loop_name: &str, project: &Path) -> usize {
+/// Makes this process the reaper of its orphaned descendants (Linux), so a process an
+/// agent detached (`setsid`, a double fork) becomes loopflow's child instead of init's
+/// and can be found and stopped. Best effort: elsewhere, escapes are only found by
+/// their environment.
+pub fn become_subreaper() -> bool {
     #[cfg(target_os = "linux")]
     {
-        let want_loop = format!("LOOPFLOW_LOOP={loop_name}");
-        let want_project = format!("LOOPFLOW_PROJECT={}", project.display());
+        // SAFETY: a prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
+/// A process's environment, as `KEY=VALUE` byte strings (Linux `/proc`).
+#[cfg(target_os = "linux")]
+fn environ(pid: i32) -> Vec<Vec<u8>> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|v| !v.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// The direct children of this process (every thread's), from `/proc`.
+#[cfg(target_os = "linux")]
+fn own_children() -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Kills and reaps this process's children that no [`run`] is waiting for: the
+/// leftovers agents detached, reparented to loopflow as their subreaper. With `node`,
+/// only those whose environment says they came from that node (`LOOPFLOW_NODE`); with
+/// `None` (the tick is over, no node runs), every one. Their own children come to
+/// loopflow in turn, so this repeats until none is left. Returns how many were killed.
+pub fn reap_leftovers(node: Option<&str>) -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let want = node.map(|n| format!("LOOPFLOW_NODE={n}").into_bytes());
         let mut killed = 0;
-        let Ok(rd) = std::fs::read_dir("/proc") else {
-            return 0;
-        };
-        for e in rd.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // "pid (comm) state ppid pgrp …": comm may hold spaces and parentheses.
-            let pgrp = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(2))
-                .and_then(|g| g.parse::<u32>().ok());
-            if pgrp != Some(pgid) {
-                continue;
+        for _ in 0..64 {
+            // Held while listing and collecting, so a child being spawned right now is
+            // either tracked already or not yet a child.
+            let tracked = tracked().lock().unwrap_or_else(|e| e.into_inner());
+            let untracked: Vec<i32> = own_children()
+                .into_iter()
+                .filter(|p| !tracked.contains(&(*p as u32)))
+                .collect();
+            // Children that already exited (a killed group's members, reparented here)
+            // are only collected; they are not leftovers.
+            let (zombies, live): (Vec<i32>, Vec<i32>) =
+                untracked.into_iter().partition(|p| is_zombie(*p));
+            for pid in zombies {
+                // SAFETY: reaps a child of this very process that has exited.
+                unsafe {
+                    libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+                }
             }
-            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
-            if vars.contains(&want_loop.as_bytes()) && vars.contains(&want_project.as_bytes()) {
-                // SAFETY: kill only sends a signal to a process we identified above.
-                if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
-                    killed += 1;
+            drop(tracked);
+            let mine: Vec<i32> = live
+                .into_iter()
+                .filter(|p| want.as_ref().is_none_or(|w| environ(*p).contains(w)))
+                .collect();
+            if mine.is_empty() {
+                break;
+            }
+            for pid in mine {
+                // SAFETY: signals and waits for a child of this very process.
+                unsafe {
+                    if libc::kill(pid, libc::SIGKILL) == 0 {
+                        killed += 1;
+                    }
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
                 }
             }
         }
@@ -238,9 +341,79 @@ pub fn kill_orphans(pgid: u32, loop_name: &str, project: &Path) -> usize {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (pgid, loop_name, project);
+        let _ = node;
         0
     }
+}
+
+/// Kills every process that carries this loop's `LOOPFLOW_LOOP` and `LOOPFLOW_PROJECT`
+/// (Linux: read from `/proc`), whatever its group or session: what a tick killed outright
+/// (`kill -9`, OOM) left running, found by the next tick. Matching the environment, not
+/// a recorded group id, means a recycled id never takes an unrelated process down and a
+/// process started before its group was recorded is still found. Returns how many were
+/// killed.
+pub fn kill_loop_processes(loop_name: &str, project: &Path, only_group: Option<u32>) -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        let want_loop = format!("LOOPFLOW_LOOP={loop_name}").into_bytes();
+        let want_project = format!("LOOPFLOW_PROJECT={}", project.display()).into_bytes();
+        let me = std::process::id() as i32;
+        let mut killed = 0;
+        let mut seen = HashSet::new();
+        // Twice: a process caught half-way through exec the first time is seen the second.
+        for _ in 0..2 {
+            let Ok(rd) = std::fs::read_dir("/proc") else {
+                return killed;
+            };
+            for e in rd.flatten() {
+                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                if pid == me
+                    || seen.contains(&pid)
+                    || only_group.is_some_and(|g| group_of(pid) != Some(g))
+                {
+                    continue;
+                }
+                let env = environ(pid);
+                if env.contains(&want_loop) && env.contains(&want_project) {
+                    // SAFETY: kill only sends a signal to a process identified above.
+                    if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                        killed += 1;
+                        seen.insert(pid);
+                    }
+                }
+            }
+        }
+        killed
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (loop_name, project, only_group);
+        0
+    }
+}
+
+/// Whether `pid` has exited and waits to be reaped (state `Z` in `/proc/<pid>/stat`).
+#[cfg(target_os = "linux")]
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next().map(|st| st == "Z"))
+        })
+        .unwrap_or(false)
+}
+
+/// The process group of `pid`, from `/proc/<pid>/stat` (`pid (comm) state ppid pgrp …`;
+/// comm may hold spaces and parentheses).
+#[cfg(target_os = "linux")]
+fn group_of(pid: i32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+        .and_then(|g| g.parse().ok())
 }
 
 fn exit_of(status: &std::process::ExitStatus) -> Exit {

@@ -257,6 +257,8 @@ pub enum Failure {
     BlastRadius(String),
     /// A git command failed; the text names the command.
     Git(String),
+    /// The agent exited 0 but its own output says it failed (a preset's `error` pointer).
+    Agent(String),
     /// The node's configuration had errors (never run: `check` reports them).
     InvalidConfig,
     Panic,
@@ -284,6 +286,14 @@ impl fmt::Display for Failure {
             Failure::Io(e) => write!(f, "io:{e}"),
             Failure::BlastRadius(e) => write!(f, "blast_radius:{e}"),
             Failure::Git(e) => f.write_str(e),
+            Failure::Agent(e) => {
+                // One line, at most 200 characters: it goes into log lines and summaries.
+                let line = e.lines().next().unwrap_or("");
+                match line.char_indices().nth(200) {
+                    Some((i, _)) => write!(f, "agent_error:{}…", &line[..i]),
+                    None => write!(f, "agent_error:{line}"),
+                }
+            }
             Failure::InvalidConfig => f.write_str("invalid_config"),
             Failure::Panic => f.write_str("panic"),
         }

@@ -373,6 +373,40 @@ impl Table<'_, '_> {
     }
 }
 
+impl Table<'_, '_> {
+    /// Every entry of a table of scalars (strings, booleans, numbers) as JSON values,
+    /// for filters like `{ "/type" = "text" }`.
+    pub fn scalars(&self, diags: &mut Diagnostics) -> Vec<(Str, serde_json::Value)> {
+        let mut out = Vec::new();
+        for (k, v) in self.table.iter() {
+            let key = Str {
+                value: k.get_ref().to_string(),
+                span: k.span(),
+            };
+            let value = match v.get_ref() {
+                DeValue::String(s) => Some(serde_json::Value::from(s.to_string())),
+                DeValue::Boolean(b) => Some(serde_json::Value::from(*b)),
+                DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
+                    .ok()
+                    .map(serde_json::Value::from),
+                DeValue::Float(f) => f
+                    .as_str()
+                    .replace('_', "")
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(serde_json::Number::from_f64)
+                    .map(serde_json::Value::Number),
+                _ => None,
+            };
+            match value {
+                Some(v) => out.push((key, v)),
+                None => self.wrong_type(&key.value, v, "a string, boolean or number", diags),
+            }
+        }
+        out
+    }
+}
+
 /// `key` is an empty command.
 pub fn empty_argv(source: &SourceRef, span: Range<usize>, key: &str) -> Diagnostic {
     Diagnostic::error(Code::EmptyArgv, source, span, format!("`{key}` is empty"))

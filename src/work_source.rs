@@ -61,6 +61,8 @@ pub struct WorkSourceReader<'a> {
     paths: &'a LoopPaths,
     /// A dry run spawns nothing, audits included.
     dry_run: bool,
+    /// The sandbox audit commands run in (the tick's), if any.
+    sandbox: Option<&'a crate::sandbox::Prepared>,
     current: OnceLock<Result<Option<Task>, WorkSourceError>>,
 }
 
@@ -76,8 +78,15 @@ impl<'a> WorkSourceReader<'a> {
             state,
             paths,
             dry_run,
+            sandbox: None,
             current: OnceLock::new(),
         }
+    }
+
+    /// Runs audit commands in `sandbox`.
+    pub fn confined(mut self, sandbox: Option<&'a crate::sandbox::Prepared>) -> Self {
+        self.sandbox = sandbox;
+        self
     }
 
     /// The task the loop works on now (read once per reader).
@@ -201,11 +210,15 @@ impl<'a> WorkSourceReader<'a> {
                     self.paths.project.display().to_string(),
                 ),
             ],
+            stdin: None,
             stdout: out.clone(),
             stderr: err.clone(),
             timeout: Some(AUDIT_TIMEOUT),
+            idle: None,
             cancel: &cancel,
+            sandbox: self.sandbox,
             on_spawn: None,
+            on_poll: None,
         });
         let lossy = |p: &Path| {
             crate::fs_safe::head(p, crate::fs_safe::TEXT_MAX)

@@ -139,6 +139,12 @@ pub fn demo(a: DemoArgs) -> i32 {
             "{{prompt}}".into(),
         ]),
     };
+    // The project the fake agent works on. With worktrees off the sandbox lets agents
+    // write the project's existing top-level entries (not create new ones at its root).
+    if let Err(e) = std::fs::write(dir.join("NOTES.md"), "# Parser notes\n") {
+        eprintln!("error: {}: {e}", dir.join("NOTES.md").display());
+        return exit::STATE;
+    }
     let paths = match create(&dir, &o) {
         Ok(p) => p,
         Err(e) => {
@@ -190,7 +196,10 @@ pub fn demo(a: DemoArgs) -> i32 {
         let notes = std::fs::read_to_string(dir.join("NOTES.md")).unwrap_or_default();
         println!(
             "\nwhat happened: the fake agent edited NOTES.md ({} lines, one per iteration); the verifier",
-            notes.lines().count()
+            notes
+                .lines()
+                .filter(|l| l.starts_with("- iteration"))
+                .count()
         );
         println!(
             "graded each iteration, and its reasons and next_hint were rendered into the next"

@@ -33,6 +33,13 @@ pub struct Agent {
     pub command: Vec<Tmpl>,
     /// Appended to `command` when the role names a `model`.
     pub model_args: Vec<Tmpl>,
+    /// The preset's own arguments for this role, appended last.
+    pub role_args: Vec<Tmpl>,
+    /// The rendered prompt goes to the agent's stdin.
+    pub stdin_prompt: bool,
+    pub env: Vec<(String, Tmpl)>,
+    /// The agent's state directories (`~/` expanded), writable in the sandbox.
+    pub sandbox_write: Vec<std::path::PathBuf>,
     pub usage: UsageRule,
 }
 
@@ -68,6 +75,23 @@ impl AgentKeys {
             found
         });
         let command = t.argv("command", diags);
+        if let (Some(p), Some(cmd)) = (&preset, &command) {
+            let span = t.key_span("command").unwrap_or_else(|| cmd[0].whole_span());
+            diags.push(
+                Diagnostic::error(
+                    Code::PresetWithCommand,
+                    t.source,
+                    span,
+                    format!(
+                        "`{}` sets both `preset = \"{}\"` and `command`; the command would silently replace the preset's",
+                        if t.path.is_empty() { "this table" } else { t.path.as_str() },
+                        p.name
+                    ),
+                )
+                .label("remove this, or remove `preset`")
+                .help("keep `preset` to run that agent as shipped (its argv, prompt on stdin, sandbox paths, usage), or write your own `command` without `preset`"),
+            );
+        }
         let model_args = t.templates("model_args", diags);
         let usage = t
             .table("usage", diags)
@@ -95,7 +119,12 @@ impl AgentKeys {
 /// Resolves a role's agent from its own keys and (unless the role names its own `preset`
 /// or `command`, and so runs another agent) `[harness]`'s, each over its preset, with
 /// `default` as the last resort.
-pub(super) fn resolve(own: Option<&AgentKeys>, harness: &AgentKeys, default: &[Tmpl]) -> Agent {
+pub(super) fn resolve(
+    role: &str,
+    own: Option<&AgentKeys>,
+    harness: &AgentKeys,
+    default: &[Tmpl],
+) -> Agent {
     let standalone = own.is_some_and(|k| k.preset.is_some() || k.command.is_some());
     let mut layers: Vec<&AgentKeys> = own.into_iter().collect();
     if !standalone {
@@ -115,12 +144,33 @@ pub(super) fn resolve(own: Option<&AgentKeys>, harness: &AgentKeys, default: &[T
             usage = usage.over(&p.usage);
         }
     }
+    // The preset that supplies the command also supplies how it is run; a command of the
+    // loop's own takes nothing from any preset.
+    let runs = layers.iter().find_map(|k| {
+        if k.command.is_some() {
+            Some(None)
+        } else {
+            k.preset.as_ref().map(Some)
+        }
+    });
+    let preset = runs.flatten();
     Agent {
-        preset: layers
-            .iter()
-            .find_map(|k| k.preset.as_ref().map(|p| p.name)),
+        preset: preset.map(|p| p.name),
         command,
         model_args,
+        role_args: preset
+            .and_then(|p| p.role_args.get(role).cloned())
+            .unwrap_or_default(),
+        stdin_prompt: preset.is_some_and(|p| p.stdin_prompt),
+        env: preset.map(|p| p.env.clone()).unwrap_or_default(),
+        sandbox_write: preset
+            .map(|p| {
+                p.sandbox_write
+                    .iter()
+                    .map(|s| super::sandbox::expand_home(s))
+                    .collect()
+            })
+            .unwrap_or_default(),
         usage,
     }
 }

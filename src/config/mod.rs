@@ -19,7 +19,7 @@ mod work_source;
 pub use agent::{Agent, AgentKeys, DEFAULT_HARNESS};
 pub use brakes::{Brakes, HARD_CONTEXT_FLOOR};
 pub use notify::Notify;
-pub use sandbox::Sandbox;
+pub use sandbox::{SandboxConfig, SandboxMode};
 pub use work_source::WorkSource;
 
 #[derive(Debug, Clone)]
@@ -58,7 +58,7 @@ pub struct LoopConfig {
     pub allow: Vec<Str>,
     pub deny: Vec<Str>,
     pub worktree: bool,
-    pub sandbox: Sandbox,
+    pub sandbox: SandboxConfig,
     pub notify: Option<Notify>,
 }
 
@@ -204,20 +204,22 @@ impl LoopConfig {
     /// own `preset` or `command` runs another agent: nothing of `[harness]` is mixed in.
     pub fn agent(&self, role: &str) -> Agent {
         agent::resolve(
+            role,
             self.roles.get(role).map(|r| &r.agent),
             &self.harness,
             &default_harness(&self.source),
         )
     }
 
-    /// The argv templates a role runs: its agent's command, plus the agent's model flags
-    /// when the role names a `model`.
+    /// The argv templates a role runs: its agent's command, the agent's model flags when
+    /// the role names a `model`, then the preset's arguments for the role.
     pub fn command_for(&self, role: &str) -> Vec<Tmpl> {
         let agent = self.agent(role);
         let mut argv = agent.command;
         if self.roles.get(role).is_some_and(|r| r.model.is_some()) {
             argv.extend(agent.model_args);
         }
+        argv.extend(agent.role_args);
         argv
     }
 

@@ -30,7 +30,7 @@ impl SandboxMode {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Sandbox {
+pub struct SandboxConfig {
     pub mode: SandboxMode,
     /// Extra writable paths (`~/` expanded), as written, with their spans.
     pub write: Vec<(PathBuf, Str)>,
@@ -47,9 +47,9 @@ pub fn expand_home(p: &str) -> PathBuf {
     }
 }
 
-pub(super) fn read(t: Option<Table<'_, '_>>, diags: &mut Diagnostics) -> Sandbox {
+pub(super) fn read(t: Option<Table<'_, '_>>, diags: &mut Diagnostics) -> SandboxConfig {
     let Some(t) = t else {
-        return Sandbox::default();
+        return SandboxConfig::default();
     };
     t.deny_unknown(&["mode", "write", "network"], diags);
     let mode = match t.str("mode", diags) {
@@ -113,7 +113,7 @@ pub(super) fn read(t: Option<Table<'_, '_>>, diags: &mut Diagnostics) -> Sandbox
             }
         },
     };
-    Sandbox {
+    SandboxConfig {
         mode,
         write,
         deny_network,

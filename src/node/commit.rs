@@ -6,7 +6,7 @@
 use crate::config::WorkSource;
 use crate::diag::Diagnostics;
 use crate::lifecycle::{Delta, TaskUpdate};
-use crate::node::{NodeCtx, NodeKind, NodeRun, NodeSpec};
+use crate::node::{NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
 use crate::toml_read::Table;
 
 pub struct Commit;
@@ -51,6 +51,44 @@ fn reported_usage(path: &std::path::Path) -> (f64, u64) {
     (usd, tokens)
 }
 
+/// What a set of node outputs spent, by the commit's rules: usage an agent reported in
+/// its `{{output}}` file, plus the agent CLIs' own reports (preset `usage` rules) — which,
+/// when there are any, replace the verifier's guess (`cost_usd` / `tokens` in the
+/// verdict) that would otherwise count the same spend twice — plus wall time.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Spend {
+    pub usd: f64,
+    pub tokens: u64,
+    pub seconds: f64,
+}
+
+pub fn spend_of<'a>(outputs: impl Iterator<Item = &'a NodeOutput> + Clone) -> Spend {
+    let (file_usd, file_tokens) = outputs
+        .clone()
+        .filter_map(|o| o.output_path.as_deref())
+        .map(reported_usage)
+        .fold((0.0, 0u64), |(u, t), (du, dt)| {
+            (u + du, t.saturating_add(dt))
+        });
+    let agent_usd = outputs
+        .clone()
+        .filter_map(|o| o.cost_usd)
+        .reduce(|a, b| a + b);
+    let agent_tokens = outputs
+        .clone()
+        .filter_map(|o| o.tokens)
+        .reduce(|a, b| a.saturating_add(b));
+    let verdict = outputs.clone().filter_map(|o| o.verdict.as_ref()).last();
+    Spend {
+        usd: file_usd
+            + agent_usd.unwrap_or_else(|| verdict.and_then(|v| v.cost_usd).unwrap_or(0.0)),
+        tokens: file_tokens.saturating_add(
+            agent_tokens.unwrap_or_else(|| verdict.and_then(|v| v.tokens).unwrap_or(0)),
+        ),
+        seconds: outputs.map(|o| o.seconds).sum(),
+    }
+}
+
 impl NodeSpec for CommitNode {
     fn commits(&self) -> bool {
         true
@@ -60,29 +98,7 @@ impl NodeSpec for CommitNode {
         let scope = ctx.scope();
         let verdict = ctx.verdict().cloned();
         let up = ctx.upstream();
-        let (file_usd, file_tokens) = up
-            .iter()
-            .filter_map(|(_, o)| o.output_path.as_deref())
-            .map(reported_usage)
-            .fold((0.0, 0u64), |(u, t), (du, dt)| {
-                (u + du, t.saturating_add(dt))
-            });
-        // Spend the agent CLIs reported (preset `usage` rules). When there is any, it
-        // replaces the verifier's own guess (`cost_usd` / `tokens` in the verdict), which
-        // would otherwise count the same spend twice.
-        let agent_usd = up
-            .iter()
-            .filter_map(|(_, o)| o.cost_usd)
-            .reduce(|a, b| a + b);
-        let agent_tokens = up
-            .iter()
-            .filter_map(|(_, o)| o.tokens)
-            .reduce(|a, b| a.saturating_add(b));
-        let usd = file_usd
-            + agent_usd.unwrap_or_else(|| verdict.as_ref().and_then(|v| v.cost_usd).unwrap_or(0.0));
-        let tokens = file_tokens.saturating_add(
-            agent_tokens.unwrap_or_else(|| verdict.as_ref().and_then(|v| v.tokens).unwrap_or(0)),
-        );
+        let spend = spend_of(up.iter().map(|(_, o)| *o));
         // Backlog and audit sources: the task after this tick's work (the agent may have
         // checked its item off), so `status` shows what the next tick will take.
         let task = match ctx.config().work_source {
@@ -97,9 +113,9 @@ impl NodeSpec for CommitNode {
             .is_some_and(|v| v.pass && v.score >= ctx.config().brakes.goal_score);
         ctx.commit(Delta {
             verdict,
-            seconds: ctx.upstream_seconds(),
-            usd,
-            tokens,
+            seconds: spend.seconds,
+            usd: spend.usd,
+            tokens: spend.tokens,
             task,
             cached: up.iter().any(|(_, o)| o.cached),
             goal,

@@ -16,7 +16,7 @@ use crate::brakes::GateReport;
 use crate::config::LoopConfig;
 use crate::lifecycle::{Committed, Delta};
 use crate::process::{Exit, Finished};
-use crate::reason::Failure;
+use crate::reason::{Failure, HaltReason};
 use crate::state::{Event, LogArg, State, StateError};
 use crate::template::{self, RenderError, Tmpl, vars};
 use crate::verdict::Verdict;
@@ -37,6 +37,8 @@ pub struct TickScope<'a> {
     pub project: &'a Path,
     /// `outputs/` of the loop directory.
     pub outputs: &'a Path,
+    /// Where agents write their `{{output}}` files: `<cwd>/.loopflow-out/`.
+    pub output_dir: &'a Path,
     /// The loop's verdict cache directory.
     pub cache_dir: &'a Path,
     pub config: &'a LoopConfig,
@@ -67,14 +69,42 @@ impl TickScope<'_> {
     }
 }
 
-/// A process a node wants run. The host adds the loop's environment, the working
-/// directory, the sandbox, the interrupt flag and the record of its process group.
+/// Why the tick stops a node before it runs (the host's brakes between nodes).
 #[derive(Debug, Clone)]
+pub enum Stop {
+    /// The node fails with this reason (its `retries` and `on_failure` apply).
+    Fail(Failure),
+    /// The loop halts here; nothing else runs.
+    Halt(HaltReason, String),
+}
+
+/// A process a node wants run. The host adds the loop's environment (`LOOPFLOW_*`,
+/// `PWD`, `TMPDIR`), the working directory, the sandbox, the interrupt flag and the
+/// record of its process group.
+#[derive(Debug, Clone, Default)]
 pub struct Spawn<'a> {
     pub argv: &'a [String],
     pub timeout: Option<Duration>,
+    /// Stop it when it writes nothing for this long.
+    pub idle: Option<Duration>,
+    /// A file to feed on stdin (an agent's prompt).
+    pub stdin: Option<PathBuf>,
+    /// Environment on top of the loop's (a preset's settings).
+    pub env: Vec<(String, String)>,
+    /// Paths it needs to write besides the loop's own (an agent's state directories).
+    pub write: Vec<PathBuf>,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
+}
+
+/// How a node wants its process run (all optional).
+#[derive(Debug, Clone, Default)]
+pub struct SpawnOpts {
+    pub timeout: Option<Duration>,
+    pub idle: Option<Duration>,
+    pub stdin: Option<PathBuf>,
+    pub env: Vec<(String, String)>,
+    pub write: Vec<PathBuf>,
 }
 
 /// What a node (and the executor) asks of the tick running it.
@@ -87,10 +117,13 @@ pub trait Host: Sync {
     fn commit(&self, delta: Delta) -> Result<Committed, StateError>;
     /// Whether SIGINT/SIGTERM asked the tick to stop.
     fn cancelled(&self) -> bool;
-    /// Checked before every node runs (and re-runs): a failure fails the node.
-    fn before_node(&self) -> Result<(), Failure> {
+    /// Checked before every node runs (and re-runs); `spawns` says whether it runs a
+    /// process. A `Stop` fails the node or halts the loop there.
+    fn before_node(&self, _spawns: bool) -> Result<(), Stop> {
         Ok(())
     }
+    /// Told each node's output as it ends (its spend counts from then on).
+    fn settled(&self, _out: &NodeOutput) {}
 }
 
 /// The outputs of the nodes settled so far, and how the nodes relate, for building a
@@ -172,9 +205,18 @@ impl<'a> NodeCtx<'a> {
         self.scope.output_file(name, ext)
     }
 
-    /// `{{output}}`: where the node's agent may write its output file.
-    pub fn output_path(&self) -> PathBuf {
+    /// `outputs/<N>-<role>.json`: where the `{{output}}` file is kept after the node.
+    pub fn archive_path(&self) -> PathBuf {
         self.output_file(self.output_name, "json")
+    }
+
+    /// `{{output}}`: where the node's agent may write its output file. It lies inside the
+    /// agent's working directory (agents refuse to write elsewhere) in a directory that
+    /// ignores itself, so `git-commit` never commits it.
+    pub fn output_path(&self) -> PathBuf {
+        self.scope
+            .output_dir
+            .join(format!("{}-{}.json", self.scope.tick, self.output_name))
     }
 
     /// Outputs of every settled node upstream of this one, in topological order.
@@ -293,15 +335,19 @@ impl<'a> NodeCtx<'a> {
     }
 
     /// Spawns `argv` for this node: stdout/stderr to `outputs/<N>-<id>.{stdout,stderr}`,
-    /// the given timeout, the loop's environment. A non-zero exit is a failure.
-    pub fn spawn(&self, argv: &[String], timeout: Option<Duration>) -> NodeRun {
+    /// the loop's environment and sandbox, `opts` on top. A non-zero exit is a failure.
+    pub fn spawn(&self, argv: &[String], opts: SpawnOpts) -> NodeRun {
         let stdout = self.output_file(self.id, "stdout");
         let stderr = self.output_file(self.id, "stderr");
         let done = self.host.spawn(
             self.id,
             &Spawn {
                 argv,
-                timeout,
+                timeout: opts.timeout,
+                idle: opts.idle,
+                stdin: opts.stdin,
+                env: opts.env,
+                write: opts.write,
                 stdout: stdout.clone(),
                 stderr: stderr.clone(),
             },

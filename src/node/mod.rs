@@ -15,6 +15,7 @@ use crate::verdict::Verdict;
 
 mod command;
 mod commit;
+pub use commit::spend_of;
 mod ctx;
 pub mod floor_check;
 mod gate;
@@ -22,7 +23,7 @@ mod git_commit;
 mod harness;
 mod verdict;
 
-pub use ctx::{ArgvError, Host, NodeCtx, Settled, Spawn, TickScope};
+pub use ctx::{ArgvError, Host, NodeCtx, Settled, Spawn, SpawnOpts, Stop, TickScope};
 
 /// A key a node kind accepts besides the common ones, for `check` and the JSON Schema.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +79,10 @@ pub trait NodeSpec: Debug + Send + Sync {
     /// Whether this node runs an agent for a role (and gets the role variables).
     fn spawns(&self) -> bool {
         false
+    }
+    /// Whether this node runs a process at all (the brakes between nodes stop those).
+    fn runs_process(&self) -> bool {
+        self.spawns()
     }
     /// Templates in the node's own keys, checked statically against the DAG.
     fn templates(&self) -> Vec<&Tmpl> {

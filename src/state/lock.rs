@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 
 use super::{LoopPaths, StateError, io_err};
-use crate::fs_safe::nofollow;
+use crate::fs_safe::{nofollow, regular};
 
 /// Held for the whole of a tick: the `.lock` file and the loop directory, both flocked.
 /// The lock file also lists the process groups the tick spawned (`pgid N` lines), so
@@ -23,24 +23,41 @@ impl TickLock {
         let _ = (&self.file).write_all(format!("pgid {pgid}\n").as_bytes());
     }
 
-    /// The groups an earlier tick recorded and did not clear (it died), and clears them.
-    pub fn take_groups(&self) -> Vec<u32> {
+    /// What an earlier tick left in the lock file: the groups it recorded, and whether it
+    /// was running (its `tick` mark is only cleared by a tick that ended). Clears the file
+    /// and marks this tick as running, before anything is spawned, so a tick killed at any
+    /// instant from here on is known to the next one.
+    pub fn take_previous(&self) -> Previous {
         let mut f = &self.file;
         let mut text = String::new();
         let _ = f.seek(SeekFrom::Start(0));
         let _ = f.take(64 * 1024).read_to_string(&mut text);
-        self.clear_groups();
-        text.lines()
-            .filter_map(|l| l.strip_prefix("pgid ")?.trim().parse().ok())
-            .filter(|&g: &u32| g > 1)
-            .collect()
+        self.clear();
+        let _ = (&self.file).write_all(format!("tick {}\n", std::process::id()).as_bytes());
+        Previous {
+            groups: text
+                .lines()
+                .filter_map(|l| l.strip_prefix("pgid ")?.trim().parse().ok())
+                .filter(|&g: &u32| g > 1)
+                .collect(),
+            died: text.lines().any(|l| l.starts_with("tick ")),
+        }
     }
 
-    /// Forgets the recorded groups: the tick stopped all of them itself.
-    pub fn clear_groups(&self) {
+    /// Empties the lock file: this tick ended and stopped everything it spawned.
+    pub fn clear(&self) {
         let _ = self.file.set_len(0);
         let _ = (&self.file).seek(SeekFrom::Start(0));
     }
+}
+
+/// What the lock file said about the tick before this one.
+#[derive(Debug, Default)]
+pub struct Previous {
+    /// Process groups it spawned and did not see end.
+    pub groups: Vec<u32>,
+    /// It was killed (or crashed) while running.
+    pub died: bool,
 }
 
 impl LoopPaths {
@@ -49,6 +66,7 @@ impl LoopPaths {
         let f = nofollow(OpenOptions::new().create(true).truncate(false).write(true))
             .open(&self.state_lock)
             .map_err(io_err(&self.state_lock))?;
+        regular(&f).map_err(io_err(&self.state_lock))?;
         f.lock().map_err(io_err(&self.state_lock))?;
         Ok(f)
     }
@@ -67,6 +85,7 @@ impl LoopPaths {
         )
         .open(&self.lock)
         .map_err(io_err(&self.lock))?;
+        regular(&f).map_err(io_err(&self.lock))?;
         match f.try_lock() {
             Ok(()) => Ok(Some(TickLock { _dir: dir, file: f })),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),

@@ -7,7 +7,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use super::{StateError, io_err, now};
-use crate::fs_safe::{nofollow, refuse_hard_link};
+use crate::fs_safe::{nofollow, refuse_hard_link, regular};
 
 /// The events the log records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,15 +112,17 @@ pub fn line(event: Event, args: &[LogArg<'_>]) -> String {
     line
 }
 
-/// Appends one event line to the log at `path`.
-pub fn append(path: &Path, event: Event, args: &[LogArg<'_>]) -> Result<(), StateError> {
+/// Appends one event line to the log at `path`; returns the line.
+pub fn append(path: &Path, event: Event, args: &[LogArg<'_>]) -> Result<String, StateError> {
     let line = line(event, args);
     let mut f = nofollow(OpenOptions::new().create(true).append(true))
         .open(path)
         .map_err(io_err(path))?;
     refuse_hard_link(&f).map_err(io_err(path))?;
+    regular(&f).map_err(io_err(path))?;
     // One write call per line: O_APPEND keeps concurrent writers' lines whole.
-    f.write_all(line.as_bytes()).map_err(io_err(path))
+    f.write_all(line.as_bytes()).map_err(io_err(path))?;
+    Ok(line)
 }
 
 /// The `iter=` of the last `TICK` line in the log's tail (the last 64 KiB); 0 when the

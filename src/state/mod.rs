@@ -16,9 +16,9 @@ pub mod log;
 mod paths;
 pub mod tamper;
 
-pub use lock::TickLock;
+pub use lock::{Previous, TickLock};
 pub use log::{Event, LogArg};
-pub use paths::{LoopPaths, check_loop_name, list_loops};
+pub use paths::{Ledger, LoopPaths, check_loop_name, list_loops};
 
 pub const SCHEMA_VERSION: u32 = 1;
 

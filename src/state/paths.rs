@@ -48,6 +48,9 @@ pub fn loops_dir(project: &Path) -> PathBuf {
     project.join(".loopflow").join("loops")
 }
 
+/// The event lines one tick appended, in order (see [`LoopPaths::with_ledger`]).
+pub type Ledger = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
 /// The files of one loop.
 #[derive(Debug, Clone)]
 pub struct LoopPaths {
@@ -60,6 +63,8 @@ pub struct LoopPaths {
     pub state_lock: PathBuf,
     pub outputs: PathBuf,
     pub worktree: PathBuf,
+    /// When set, every line [`LoopPaths::log`] appends is also kept here.
+    ledger: Option<Ledger>,
 }
 
 impl LoopPaths {
@@ -75,7 +80,21 @@ impl LoopPaths {
             outputs: dir.join("outputs"),
             worktree: dir.join("worktree"),
             dir,
+            ledger: None,
         }
+    }
+
+    /// These paths, keeping every log line they append (a tick checks at its end that
+    /// nobody rewrote the lines it wrote).
+    pub fn with_ledger(mut self) -> (LoopPaths, Ledger) {
+        let ledger = Ledger::default();
+        self.ledger = Some(ledger.clone());
+        (self, ledger)
+    }
+
+    /// `tmp/<N>`: tick N's private `TMPDIR`, removed when the tick ends.
+    pub fn tick_tmp(&self, tick: u64) -> PathBuf {
+        self.dir.join("tmp").join(tick.to_string())
     }
 
     /// `loop.toml`, or a predecessor-style `loop.json` when only that exists.
@@ -112,7 +131,12 @@ impl LoopPaths {
     /// Refuses a loop directory, `outputs/` or `cache/` that is a symlink: loopflow writes
     /// only inside the loop's own directory, never where a planted link points.
     pub fn refuse_symlinks(&self) -> Result<(), StateError> {
-        for p in [&self.dir, &self.outputs, &self.cache_dir()] {
+        for p in [
+            &self.dir,
+            &self.outputs,
+            &self.cache_dir(),
+            &self.dir.join("tmp"),
+        ] {
             if std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
                 return Err(io_err(p)(io::Error::other(
                     "is a symlink; loopflow never writes through one (remove it, or move the real directory here)",
@@ -145,6 +169,12 @@ impl LoopPaths {
 
     /// Appends one event line: `<time> <EVENT> <args>`.
     pub fn log(&self, event: Event, args: &[LogArg<'_>]) -> Result<(), StateError> {
-        log::append(&self.log, event, args)
+        let line = log::append(&self.log, event, args)?;
+        if let Some(l) = &self.ledger
+            && let Ok(mut l) = l.lock()
+        {
+            l.push(line);
+        }
+        Ok(())
     }
 }

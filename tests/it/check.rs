@@ -497,9 +497,9 @@ fn explain_shows_each_roles_expanded_argv() {
     let out = lf(&["check", "tests/fixtures/check/presets", "--explain"]);
     assert_eq!(out.code, 0, "{}", out.stdout);
     insta::assert_snapshot!("explain-presets", out.stdout);
-    // The harness preset with the role's model flag appended.
+    // The harness preset with the role's model flag in place, the prompt on stdin.
     assert!(out.stdout.contains(
-        "role implement (preset claude-code): claude -p '{{prompt_text}}' --output-format json --permission-mode acceptEdits --model '{{model}}'"
+        "role implement (preset claude-code): claude -p --output-format json --model '{{model}}' --permission-mode acceptEdits\n    prompt: on stdin"
     ), "{}", out.stdout);
     // A role's own preset replaces the harness's, usage included.
     assert!(
@@ -550,42 +550,53 @@ fn unknown_presets_are_reported_with_a_suggestion() {
     assert!(helps[1].starts_with("did you mean `gemini`?"), "{helps:?}");
 }
 
-/// A preset's usage rule with the command overridden by a fake agent that prints what
-/// Claude Code prints with `--output-format json`: the answer is taken out of the
-/// envelope (the verdict parses), and cost and tokens land in the loop's spend.
+/// The `claude-code` preset run as shipped, against a fake `claude` on PATH that prints
+/// what Claude Code prints with `--output-format json`: the prompt arrives on stdin, the
+/// role's own flags are passed, the answer is taken out of the envelope (the verdict
+/// parses), and cost and tokens — cache tokens included — land in the loop's spend.
 #[test]
 fn agent_reported_usage_counts_against_the_budget() {
     let p = Project::new();
-    let agent = p.script(
-        "fake-claude.sh",
-        r#"role="$1"
-printf '%s' "$2" > "prompt-text-$role.txt"
+    let bin = p.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    p.script(
+        "bin/claude",
+        r#"role=implement
+case "$*" in *"Bash Read Glob Grep"*) role=verify ;; *"Read Glob Grep"*) role=orchestrate ;; esac
+cat > "prompt-text-$role.txt"
+echo "$*" > "argv-$role.txt"
 case "$role" in
   verify) answer='{\"pass\": false, \"score\": 0.5, \"reasons\": [\"not yet\"], \"cost_usd\": 9.0}' ;;
   *) answer="done with $role" ;;
 esac
-printf '{"type":"result","is_error":false,"result":"%s","total_cost_usd":0.25,"usage":{"input_tokens":100,"output_tokens":20}}\n' "$answer""#,
+printf '{"type":"result","is_error":false,"result":"%s","total_cost_usd":0.25,"usage":{"input_tokens":100,"output_tokens":20,"cache_read_input_tokens":1000,"cache_creation_input_tokens":10},"permission_denials":[]}\n' "$answer""#,
     );
     p.with_loop_task(
         "usage",
         Some("make it faster"),
-        &LoopToml::new()
-            .harness("preset = \"claude-code\"")
-            .harness_command(&agent, &["{{role}}", "{{prompt_text}}"]),
+        &LoopToml::new().harness("preset = \"claude-code\""),
     );
-    let run = p.lf(&["run", "--loop", "usage"]);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let run = p.lf_env(&["run", "--loop", "usage"], &[("PATH", &path)]);
     assert_eq!(run.code, 0, "{run:?}");
     let s = p.state("usage");
     assert_eq!(s["iteration_count"], 1, "{s}");
     assert_eq!(s["last_verdict"]["score"], 0.5, "{s}");
-    assert_eq!(s["spent"]["tokens"], 360, "{s}");
+    // (100 + 20 + 1000 + 10) tokens for each of the three roles: cache tokens count.
+    assert_eq!(s["spent"]["tokens"], 3390, "{s}");
     assert!(
         (s["spent"]["usd"].as_f64().expect("usd") - 0.75).abs() < 1e-9,
         "{s}"
     );
     // The verifier's own `cost_usd` guess (9.0) is not counted on top of what the CLI
-    // reported.
-    // `{{prompt_text}}` handed the rendered prompt itself to the agent, as one argument.
+    // reported; the verifier got the flags that let it run the tests it is asked to.
+    assert!(
+        p.read("argv-verify.txt")
+            .contains("--permission-mode dontAsk --allowedTools Bash"),
+        "{}",
+        p.read("argv-verify.txt")
+    );
+    // The rendered prompt reached the agent on stdin.
     assert!(
         p.read("prompt-text-implement.txt")
             .contains("make it faster")

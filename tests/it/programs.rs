@@ -218,7 +218,7 @@ fn until_halt(p: &Project, name: &str, max: usize) -> (u64, String) {
 }
 
 #[test]
-fn budget_usd_halts_at_the_tick_after_crossing() {
+fn budget_usd_halts_within_the_tick_that_crosses_it() {
     let (p, tools) = (Project::new(), Project::new());
     let a = agent(
         &tools,
@@ -230,8 +230,15 @@ fn budget_usd_halts_at_the_tick_after_crossing() {
         &program_toml(&a).brakes("max_budget_usd = 1.0\nscore_plateau_window = 10"),
     );
     let (iter, reason) = until_halt(&p, "u", 6);
-    // 0.4, 0.8, 1.2: the fourth tick's gate finds the budget spent.
-    assert_eq!((iter, reason.as_str()), (3, "budget_exhausted:usd"));
+    // 0.4, 0.8, then the third tick's verdict brings it to 1.2: spend counts as soon as
+    // a node ends, so the tick stops before its next process (orchestrate), commits the
+    // spend without advancing, and halts.
+    assert_eq!((iter, reason.as_str()), (2, "budget_exhausted:usd"));
+    assert!(
+        !tools.read("calls").contains("orchestrate 3"),
+        "{}",
+        tools.read("calls")
+    );
     assert!(
         p.events("u")
             .iter()
@@ -261,7 +268,8 @@ fn budget_tokens_halts_at_the_right_tick() {
         &program_toml(&a).brakes("max_tokens = 1000\nscore_plateau_window = 10"),
     );
     let (iter, reason) = until_halt(&p, "t", 5);
-    assert_eq!((iter, reason.as_str()), (2, "budget_exhausted:tokens"));
+    // 600, then 1,200 inside the second tick: it halts there, before orchestrate.
+    assert_eq!((iter, reason.as_str()), (1, "budget_exhausted:tokens"));
     let t = p.lf(&["status", "--loop", "t"]);
     assert!(t.stdout.contains("1200/1000tok"), "{t:?}");
 }
@@ -274,10 +282,15 @@ fn budget_seconds_counts_harness_wall_time() {
         "s",
         &program_toml(&a).brakes("max_seconds = 1.0\nscore_plateau_window = 10"),
     );
-    // The implement role sleeps one second: after the first tick the limit is reached,
-    // whatever the machine's load, and the second tick's gate halts.
+    // The implement role sleeps one second: the limit is reached when it ends, whatever
+    // the machine's load, and the tick halts before the verifier runs.
     let (iter, reason) = until_halt(&p, "s", 4);
-    assert_eq!((iter, reason.as_str()), (1, "budget_exhausted:seconds"));
+    assert_eq!((iter, reason.as_str()), (0, "budget_exhausted:seconds"));
+    assert!(
+        !tools.read("calls").contains("verify"),
+        "{}",
+        tools.read("calls")
+    );
     assert!(p.state("s")["spent"]["seconds"].as_f64().unwrap() >= 1.0);
     let j = p.lf(&["status", "--loop", "s", "--json"]);
     assert!(j.stdout.contains("\"seconds\": 1.0"), "{j:?}");
@@ -304,8 +317,10 @@ fn usage_reported_by_an_agent_counts_toward_the_budget() {
         "{spent}"
     );
     assert_eq!(spent["tokens"], 170);
+    // The second tick reaches 340 tokens when its verdict is parsed: it halts there.
     let (iter, reason) = until_halt(&p, "r", 4);
-    assert_eq!((iter, reason.as_str()), (2, "budget_exhausted:tokens"));
+    assert_eq!((iter, reason.as_str()), (1, "budget_exhausted:tokens"));
+    assert_eq!(p.state("r")["spent"]["tokens"], 340);
 }
 
 #[test]
@@ -625,6 +640,12 @@ fn from_template(p: &Project, name: &str, template: &str, task: Option<&str>, ag
         )
         .replace("# context_tokens = 32000", "context_tokens = 32000");
     assert!(toml.contains(&harness), "{toml}");
+    // The sandbox stays on; the fake agent may also write its call record.
+    assert!(!toml.contains("[sandbox]"), "{toml}");
+    let toml = format!(
+        "{toml}\n[sandbox]\nwrite = [\"{}\"]\n",
+        agent.parent().expect("agent dir").display()
+    );
     std::fs::write(&path, toml).expect("write loop.toml");
     let c = p.lf(&["check", path.to_str().expect("utf-8 path")]);
     assert_eq!(c.code, 0, "{c:?}");

@@ -232,6 +232,11 @@ fn a_tick_line_lost_in_a_crash_is_recovered_by_the_next_run() {
 #[test]
 fn hostile_loop_names_are_refused_and_create_nothing() {
     let p = Project::new();
+    // The project's parent is the shared temp dir: other processes may own a `x` there.
+    let stray = p.path().parent().unwrap().join("x");
+    let stray_before = std::fs::symlink_metadata(&stray)
+        .ok()
+        .map(|m| m.modified().ok());
     let long = "a".repeat(65);
     for name in [
         "../x",
@@ -269,7 +274,12 @@ fn hostile_loop_names_are_refused_and_create_nothing() {
         }
     }
     assert!(p.snapshot().is_empty(), "{:?}", p.snapshot().keys());
-    assert!(!p.path().parent().unwrap().join("x").exists());
+    assert_eq!(
+        std::fs::symlink_metadata(&stray)
+            .ok()
+            .map(|m| m.modified().ok()),
+        stray_before
+    );
     // The longest valid name works.
     let ok = "a".repeat(64);
     let r = p.lf(&["create", "--loop", &ok, "--no-worktree"]);

@@ -484,7 +484,10 @@ fn harness_argv_reaches_the_agent_verbatim() {
                 .to_string(),
             "--cwd".into(),
             p.path().display().to_string(),
-            format!("--out={}", outputs.join(format!("1-{role}.json")).display()),
+            format!(
+                "--out={}",
+                p.join(&format!(".loopflow-out/1-{role}.json")).display()
+            ),
             "it's \"quoted\" $(touch pwned); x".into(),
             "fix the \"parser\"; $(rm -rf /)".into(),
             "1:l:implement".into(),
@@ -1090,12 +1093,17 @@ fn budget_exhausted_halts_at_the_gate() {
     for _ in 0..3 {
         assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
     }
+    // The brake acts the moment spend passes the cap, inside the tick that passed it:
+    // tick 2's verifier brings spend to $0.60, so the orchestrator never runs and the
+    // tick halts with its spend committed. The third run is refused at the gate.
     let ev = p.events_after_create("l");
     assert_eq!(ev.len(), 3, "{ev:?}");
-    assert_eq!(ev[1], "TICK pass=false score=0.5 iter=2");
-    assert!(ev[2].starts_with("HALT budget_exhausted:usd"), "{ev:?}");
+    assert_eq!(ev[0], "TICK pass=false score=0.5 iter=1");
+    assert!(ev[1].starts_with("HALT budget_exhausted:usd"), "{ev:?}");
+    assert!(ev[2].starts_with("SKIP reason=halted"), "{ev:?}");
     let s = p.state("l");
-    assert_eq!(s["iteration_count"], 2);
+    // The halted tick spent but did not advance the loop.
+    assert_eq!(s["iteration_count"], 1);
     assert_eq!(s["spent"]["tokens"], 200);
     assert!(
         (s["spent"]["usd"].as_f64().unwrap() - 0.6).abs() < 1e-9,
@@ -1129,9 +1137,13 @@ exit 0"#,
         p.events_after_create("l"),
         ["TICK pass=true score=0.65 iter=1"]
     );
+    // The agent wrote it in its working directory's self-ignoring `.loopflow-out/`;
+    // the loop keeps a copy under outputs/.
+    assert!(p.join(".loopflow-out/1-implement.json").exists());
+    assert_eq!(p.read(".loopflow-out/.gitignore"), "*\n");
     assert!(
         p.loop_dir("l").join("outputs/1-implement.json").exists(),
-        "the artifact lives under outputs/"
+        "the artifact is kept under outputs/"
     );
     assert_eq!(
         p.state("l")["last_verdict"]["reasons"][0],
@@ -1306,7 +1318,10 @@ fn demo_runs_a_real_loop_until_it_halts() {
     );
     let notes = std::fs::read_to_string(dir.path().join("NOTES.md")).unwrap();
     assert_eq!(
-        notes.lines().count(),
+        notes
+            .lines()
+            .filter(|l| l.starts_with("- iteration"))
+            .count(),
         6,
         "the fake agent edits a file each iteration"
     );

@@ -9,7 +9,9 @@ use serde_json::Value;
 
 use crate::config::Role;
 use crate::diag::Diagnostics;
-use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec, show_argv};
+use crate::node::{
+    Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec, SpawnOpts, show_argv,
+};
 use crate::reason::Failure;
 use crate::state::{Event, LogArg};
 use crate::template::vars;
@@ -244,12 +246,34 @@ impl NodeSpec for HarnessNode {
             .timeout()
             .or_else(|| cfg.and_then(|c| c.timeout))
             .or(ctx.config().harness_timeout);
-        let usage = ctx.config().agent(&self.role.value).usage;
-        // The agent's own report (preset `usage` rule): answer, cost and tokens.
-        let finish = |o: &mut NodeOutput| {
+        let idle = cfg
+            .and_then(|c| c.idle_timeout)
+            .or(ctx.config().harness_idle_timeout);
+        let agent = ctx.config().agent(&self.role.value);
+        let mut env = Vec::with_capacity(agent.env.len());
+        for (k, t) in &agent.env {
+            match ctx.render_with(&t.text, &vars) {
+                Ok(v) => env.push((k.clone(), v)),
+                Err(e) => {
+                    return NodeRun::fail(Failure::Template(format!("env {k}: {e}")));
+                }
+            }
+        }
+        let opts = SpawnOpts {
+            timeout,
+            idle,
+            stdin: agent.stdin_prompt.then(|| prompt_path.clone()),
+            env,
+            write: agent.sandbox_write.clone(),
+        };
+        let usage = agent.usage;
+        // The agent's own report (preset `usage` rule): answer, cost, tokens, an error it
+        // reported while exiting 0, the tool calls it was refused.
+        let finish = |o: &mut NodeOutput| -> Option<String> {
             o.output_path = Some(output_path.clone());
+            keep_output_file(&output_path, &ctx.archive_path());
             if usage.is_empty() {
-                return;
+                return None;
             }
             let text = o
                 .stdout_path
@@ -261,6 +285,14 @@ impl NodeSpec for HarnessNode {
             o.cost_usd = u.cost_usd;
             o.tokens = u.tokens;
             o.answer = u.text;
+            if !u.denials.is_empty() {
+                ctx.warn(format!(
+                    "the agent was refused {} tool call(s): {}",
+                    u.denials.len(),
+                    u.denials.join("; ")
+                ));
+            }
+            u.error
         };
         if let Some(key) = &cache
             && let Some(mut out) = cache::replay(ctx, &self.role.value, key)
@@ -268,14 +300,19 @@ impl NodeSpec for HarnessNode {
             finish(&mut out);
             return NodeRun::Ok(out);
         }
-        match ctx.spawn(&argv, timeout) {
-            NodeRun::Ok(mut o) => {
-                finish(&mut o);
-                if let Some(key) = &cache {
-                    cache::store(ctx, &self.role.value, key, o.stdout_path.as_deref());
+        match ctx.spawn(&argv, opts) {
+            NodeRun::Ok(mut o) => match finish(&mut o) {
+                Some(error) => NodeRun::Failed {
+                    reason: Failure::Agent(error),
+                    output: o,
+                },
+                None => {
+                    if let Some(key) = &cache {
+                        cache::store(ctx, &self.role.value, key, o.stdout_path.as_deref());
+                    }
+                    NodeRun::Ok(o)
                 }
-                NodeRun::Ok(o)
-            }
+            },
             NodeRun::Failed { reason, mut output } => {
                 finish(&mut output);
                 NodeRun::Failed { reason, output }
@@ -291,5 +328,26 @@ impl NodeSpec for HarnessNode {
             Some(c) => format!("{argv}  (compaction prompt: {c})"),
             None => argv,
         }))
+    }
+}
+
+/// The agent's `{{output}}` file lives in its worktree's self-ignoring `.loopflow-out/`,
+/// which the next tick empties; a copy goes to the loop's `outputs/` for the record
+/// (`review`, `report`). Only a regular file, at most 16 MiB, never through a link.
+fn keep_output_file(from: &std::path::Path, to: &std::path::Path) {
+    use std::io::Read;
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    crate::fs_safe::nofollow(&mut o);
+    let mut bytes = Vec::new();
+    let read = o.open(from).and_then(|f| {
+        crate::fs_safe::regular(&f)?;
+        f.take(crate::fs_safe::TEXT_MAX).read_to_end(&mut bytes)
+    });
+    if read.is_err() {
+        return;
+    }
+    if let Some(dir) = to.parent() {
+        let _ = crate::fs_safe::write_atomic(dir, to, &bytes);
     }
 }

@@ -128,6 +128,7 @@ impl LoopToml {
         .role_prompt("verify", "prompts/loop-verifier.md")
         .role_prompt("orchestrate", "prompts/loop-orchestrate.md")
         .worktree(false)
+        .table("sandbox", "mode = \"off\"")
     }
 
     fn table_mut(&mut self, name: &str) -> &mut Table {

@@ -1,0 +1,276 @@
+//! Agent presets: `preset = "claude-code"` in `[harness]` or `[roles.<role>]` expands to
+//! what that agent's CLI needs for a headless run — its argv (per role), how the prompt
+//! reaches it (stdin, never an argv element a leading `-` or ARG_MAX could break), the
+//! environment that keeps it from updating or phoning home, the state directories the
+//! sandbox must let it write, and where its output reports its answer, spend, errors
+//! and refusals. Each preset is a data file under `presets/`, embedded in the binary and
+//! checked against the real CLI in `tests/it/agents.rs`.
+
+mod usage;
+
+use indexmap::IndexMap;
+
+pub use usage::{OutputFormat, UsageRule, extract};
+
+use crate::diag::{Diagnostics, Source, SourceRef};
+use crate::template::Tmpl;
+use crate::toml_read::{self, Table};
+
+/// Every preset: (name, file text).
+pub const PRESETS: &[(&str, &str)] = &[
+    (
+        "claude-code",
+        include_str!("../../presets/claude-code.toml"),
+    ),
+    ("opencode", include_str!("../../presets/opencode.toml")),
+    ("codex", include_str!("../../presets/codex.toml")),
+    ("aider", include_str!("../../presets/aider.toml")),
+    ("gemini", include_str!("../../presets/gemini.toml")),
+    ("goose", include_str!("../../presets/goose.toml")),
+];
+
+pub fn names() -> Vec<&'static str> {
+    PRESETS.iter().map(|(n, _)| *n).collect()
+}
+
+/// A preset, parsed from its embedded file.
+#[derive(Debug, Clone)]
+pub struct Preset {
+    pub name: &'static str,
+    pub source: SourceRef,
+    pub command: Vec<Tmpl>,
+    /// Appended to the command when the role names a `model`.
+    pub model_args: Vec<Tmpl>,
+    /// Appended last, per role (`[roles.verify] args`): permissions differ by role.
+    pub role_args: IndexMap<String, Vec<Tmpl>>,
+    /// The rendered prompt goes to the agent's stdin.
+    pub stdin_prompt: bool,
+    /// Environment for the agent (templates, like the argv).
+    pub env: Vec<(String, Tmpl)>,
+    /// Directories the agent keeps its state in (`~/` is the home directory): writable
+    /// in the sandbox, created if missing.
+    pub sandbox_write: Vec<String>,
+    /// How to install the agent (`npm:@anthropic-ai/claude-code@2.1.197`, `pip:…`).
+    pub install: Option<String>,
+    /// Environment variables holding the agent's credentials (for CI secrets).
+    pub secrets: Vec<String>,
+    pub usage: UsageRule,
+}
+
+impl Preset {
+    /// The program the preset runs (`claude`, `codex`, …).
+    pub fn program(&self) -> &str {
+        self.command.first().map_or("", |t| t.text.as_str())
+    }
+}
+
+/// Loads a preset by name. The embedded files are tested to be valid; problems in them
+/// would be reported against `presets/<name>.toml`.
+pub fn load(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
+    let (name, text) = PRESETS.iter().find(|(n, _)| *n == name)?;
+    let file = format!("presets/{name}.toml (built in)");
+    let source = Source::new(file.clone(), file, *text);
+    let doc = toml_read::parse(&source, diags)?;
+    let root = Table::new(&source, doc.get_ref(), 0..0, "");
+    root.deny_unknown(
+        &[
+            "command",
+            "model_args",
+            "stdin",
+            "env",
+            "sandbox_write",
+            "install",
+            "secrets",
+            "roles",
+            "usage",
+        ],
+        diags,
+    );
+    let command = root.argv("command", diags)?;
+    let model_args = root.templates("model_args", diags).unwrap_or_default();
+    let stdin_prompt = root
+        .str("stdin", diags)
+        .is_some_and(|s| s.value == "prompt");
+    let env = root
+        .table("env", diags)
+        .map(|t| {
+            t.scalars(diags)
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    let text = v.as_str()?.to_string();
+                    Some((k.value, Tmpl::builtin(&source, &text)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let strings = |key: &str, diags: &mut Diagnostics| -> Vec<String> {
+        root.str_list(key, diags)
+            .map(|(v, _)| v.into_iter().map(|s| s.value).collect())
+            .unwrap_or_default()
+    };
+    let sandbox_write = strings("sandbox_write", diags);
+    let secrets = strings("secrets", diags);
+    let install = root.str("install", diags).map(|s| s.value);
+    let mut role_args = IndexMap::new();
+    if let Some(rt) = root.table("roles", diags) {
+        for (role, t) in rt.subtables(diags) {
+            t.deny_unknown(&["args"], diags);
+            role_args.insert(role.value, t.templates("args", diags).unwrap_or_default());
+        }
+    }
+    let usage = root
+        .table("usage", diags)
+        .map(|t| UsageRule::read(&t, diags))
+        .unwrap_or_default();
+    Some(Preset {
+        name,
+        source: source.clone(),
+        command,
+        model_args,
+        role_args,
+        stdin_prompt,
+        env,
+        sandbox_write,
+        install,
+        secrets,
+        usage,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usage::resolve;
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn every_preset_loads_cleanly() {
+        for name in names() {
+            let mut d = Diagnostics::default();
+            let p = load(name, &mut d).unwrap_or_else(|| panic!("{name}: {d:?}"));
+            assert!(d.is_empty(), "{name}: {d:?}");
+            assert!(!p.command.is_empty(), "{name}");
+            // Every preset hands the agent its prompt, one way or the other.
+            assert!(
+                p.stdin_prompt || p.command.iter().any(|t| t.text.contains("{{prompt")),
+                "{name} never passes the prompt"
+            );
+            assert!(
+                p.model_args.iter().any(|t| t.text.contains("{{model}}")),
+                "{name} cannot select a model"
+            );
+        }
+    }
+
+    #[test]
+    fn claude_code_json_result() {
+        let mut d = Diagnostics::default();
+        let p = load("claude-code", &mut d).expect("preset");
+        let out = r#"{"type":"result","subtype":"success","is_error":false,
+            "result":"done\n```json\n{\"pass\":true,\"score\":0.9}\n```",
+            "total_cost_usd":0.0123,"usage":{"input_tokens":1000,"output_tokens":234}}"#;
+        let u = extract(&p.usage, out);
+        assert_eq!(u.cost_usd, Some(0.0123));
+        assert_eq!(u.tokens, Some(1234));
+        assert!(u.text.expect("text").contains("\"pass\":true"));
+    }
+
+    #[test]
+    fn event_streams_add_up_and_keep_the_last_answer() {
+        let mut d = Diagnostics::default();
+        let p = load("opencode", &mut d).expect("preset");
+        let out = concat!(
+            "{\"type\":\"text\",\"part\":{\"type\":\"text\",\"text\":\"thinking\"}}\n",
+            "{\"type\":\"step_finish\",\"part\":{\"cost\":0.01,\"tokens\":{\"input\":100,\"output\":10}}}\n",
+            "not json at all\n",
+            "{\"type\":\"text\",\"part\":{\"type\":\"text\",\"text\":\"final answer\"}}\n",
+            "{\"type\":\"step_finish\",\"part\":{\"cost\":0.02,\"tokens\":{\"input\":200,\"output\":20}}}\n",
+        );
+        let u = extract(&p.usage, out);
+        assert_eq!(u.text.as_deref(), Some("final answer"));
+        assert_eq!(u.tokens, Some(330));
+        assert!((u.cost_usd.expect("cost") - 0.03).abs() < 1e-9);
+    }
+
+    #[test]
+    fn wildcards_sum_over_models() {
+        let mut d = Diagnostics::default();
+        let p = load("gemini", &mut d).expect("preset");
+        let out = r#"{"response":"ok","stats":{"models":{
+            "gemini-2.5-pro":{"tokens":{"total":300}},
+            "gemini-2.5-flash":{"tokens":{"total":45}}}}}"#;
+        let u = extract(&p.usage, out);
+        assert_eq!(
+            (u.text.as_deref(), u.tokens, u.cost_usd),
+            (Some("ok"), Some(345), None)
+        );
+    }
+
+    #[test]
+    fn pointers_follow_rfc_6901_and_fan_out_on_star() {
+        let v: Value = serde_json::json!({
+            "a/b": {"~k": 1},
+            "m": {"x": {"n": 2}, "y": {"n": 3}},
+            "l": [{"n": 4}, {"n": 5}],
+            "s*t": 6
+        });
+        let nums =
+            |p: &str| -> Vec<i64> { resolve(&v, p).iter().filter_map(|x| x.as_i64()).collect() };
+        assert_eq!(nums("/a~1b/~0k"), [1]);
+        assert_eq!(nums("/m/*/n"), [2, 3]);
+        assert_eq!(nums("/l/*/n"), [4, 5]);
+        assert_eq!(nums("/l/1/n"), [5]);
+        assert_eq!(nums("/s*t"), [6]);
+        assert_eq!(nums("/*/n"), Vec::<i64>::new());
+        assert!(nums("/missing/*").is_empty());
+    }
+
+    #[test]
+    fn plain_text_output_yields_nothing() {
+        let mut d = Diagnostics::default();
+        let p = load("claude-code", &mut d).expect("preset");
+        assert_eq!(extract(&p.usage, "just words\n"), usage::Usage::default());
+        let p = load("aider", &mut d).expect("preset");
+        assert!(p.usage.is_empty());
+    }
+
+    #[test]
+    fn overrides_are_key_by_key() {
+        let base = UsageRule {
+            format: Some(OutputFormat::Json),
+            text: Some("/result".into()),
+            cost_usd: Some(vec!["/cost".into()]),
+            tokens: Some(vec!["/t".into()]),
+            ..Default::default()
+        };
+        let over = UsageRule {
+            cost_usd: Some(vec!["/my/cost".into()]),
+            ..Default::default()
+        };
+        let merged = over.over(&base);
+        assert_eq!(merged.cost_usd, Some(vec!["/my/cost".to_string()]));
+        assert_eq!(merged.text.as_deref(), Some("/result"));
+        assert_eq!(merged.format, Some(OutputFormat::Json));
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    /// `schemas/loop.schema.json` offers exactly the presets that exist, for completion.
+    #[test]
+    fn the_loop_schema_lists_every_preset() {
+        let schema: serde_json::Value =
+            serde_json::from_str(crate::schema::get("loop").expect("schema")).expect("JSON");
+        let listed: Vec<&str> = schema["definitions"]["PresetName"]["enum"]
+            .as_array()
+            .expect("PresetName enum")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        let mut names = super::names();
+        let mut listed = listed;
+        names.sort_unstable();
+        listed.sort_unstable();
+        assert_eq!(listed, names);
+    }
+}

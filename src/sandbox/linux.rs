@@ -1,0 +1,342 @@
+//! Landlock backend.
+//!
+//! Ruleset building uses the `landlock` crate (0.4.8). Two things are done
+//! with raw syscalls, because the crate cannot do them:
+//!
+//! 1. **Applying the ruleset in `pre_exec`.** `RulesetCreated::restrict_self`
+//!    consumes the ruleset, returns its `RestrictionStatus` *in the child*
+//!    (where nobody can read it), and is not documented as async-signal-safe.
+//!    So the parent extracts the ruleset fd through the crate's public
+//!    `From<RulesetCreated> for Option<OwnedFd>` and the child only calls
+//!    `prctl(PR_SET_NO_NEW_PRIVS)` + `landlock_restrict_self(fd, 0)`.
+//! 2. **Querying the kernel ABI.** The crate deliberately keeps
+//!    `LandlockStatus::current()` private (it only surfaces it after
+//!    `restrict_self`), but loopflow must know what will be enforced *before*
+//!    spawning. One `landlock_create_ruleset(NULL, 0, VERSION)` call gives it;
+//!    the enforced set is then computed with the crate's own per-ABI tables
+//!    (`AccessFs::from_write(abi)`, `Scope::from_all(abi)`,
+//!    `AccessNet::from_all(abi)`), i.e. exactly what the crate's best-effort
+//!    logic hands to the kernel.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::{Arc, OnceLock};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    PathFdError, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+};
+
+use super::{DEFAULT_DEVICES, Enforced, Hook, Policy, Prepared, Sandbox, SandboxError};
+
+/// Filesystem rights are requested up to this (tested) ABI. V5..V8 share the
+/// same write set; V9 would add `ResolveUnix` (connecting to pathname UNIX
+/// sockets), which we deliberately do not handle yet (see NOTES.md).
+const FS_TARGET: ABI = ABI::V7;
+/// Network rights requested under `network_deny`: TCP (ABI 4) and, where the
+/// kernel has it, UDP (ABI 10; untested here, the test kernel is ABI 7).
+const NET_TARGET: ABI = ABI::V10;
+
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+
+/// Linux Landlock backend. Stateless: the kernel is probed on every
+/// `prepare` (one cheap syscall), so it is always accurate.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LandlockSandbox;
+
+impl LandlockSandbox {
+    pub fn new() -> Self {
+        LandlockSandbox
+    }
+
+    /// Landlock ABI version of the running kernel, 0 if unsupported/disabled.
+    pub fn kernel_abi() -> u32 {
+        // SAFETY: documented probe form of the syscall: NULL attr, size 0.
+        let v = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<libc::c_void>(),
+                0usize,
+                LANDLOCK_CREATE_RULESET_VERSION,
+            )
+        };
+        u32::try_from(v).unwrap_or(0)
+    }
+}
+
+impl Sandbox for LandlockSandbox {
+    fn prepare(&self, policy: &Policy) -> Result<Prepared, SandboxError> {
+        let kabi = Self::kernel_abi();
+        let mut enforced = Enforced {
+            backend: "landlock",
+            abi: kabi,
+            ..Enforced::default()
+        };
+        if kabi == 0 {
+            return Prepared::finish(policy, enforced, Hook::None);
+        }
+        let abi = ABI::from(i32::try_from(kabi).unwrap_or(i32::MAX));
+
+        let fs_req = AccessFs::from_write(FS_TARGET);
+        let mut scope_req: BitFlags<Scope> = Scope::Signal.into();
+        if policy.scope_abstract_unix {
+            scope_req |= Scope::AbstractUnixSocket;
+        }
+        let net_req = if policy.network_deny {
+            AccessNet::from_all(NET_TARGET)
+        } else {
+            BitFlags::EMPTY
+        };
+
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(fs_req)?
+            .scope(scope_req)?;
+        if !net_req.is_empty() {
+            // No NetPort rules: every handled network action is denied.
+            ruleset = ruleset.handle_access(net_req)?;
+        }
+        let mut created = ruleset.create()?;
+
+        // Directory rules get the full write set. For a non-directory the crate
+        // (best effort) drops the directory-only rights itself after its own
+        // fstat, leaving WriteFile|Truncate|IoctlDev: no extra stat needed here.
+        let dev_access = fs_req & (AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev);
+        let entries = policy
+            .write_dirs
+            .iter()
+            .chain(&policy.write_files)
+            .map(|p| (p, fs_req))
+            .chain(policy.devices.iter().map(|p| (p, dev_access)));
+        for (path, access) in entries {
+            // The default device nodes are opened once per process and reused.
+            if let Some(cached) = cached_default_device(path) {
+                match cached {
+                    Some(fd) => {
+                        (&mut created).add_rule(PathBeneath::new(fd, access))?;
+                    }
+                    None => enforced.skipped.push(path.clone()),
+                };
+                continue;
+            }
+            let Some(fd) = open_path(path, &mut enforced.skipped)? else {
+                continue;
+            };
+            (&mut created).add_rule(PathBeneath::new(&fd, access))?;
+        }
+
+        let fd: Option<OwnedFd> = created.into();
+        let Some(fd) = fd else {
+            // The crate decided Landlock is unusable: nothing is enforced.
+            return Prepared::finish(policy, enforced, Hook::None);
+        };
+
+        apply_effective(&mut enforced, abi, fs_req, scope_req, net_req);
+        Prepared::finish(policy, enforced, Hook::Landlock(Arc::new(fd)))
+    }
+}
+
+/// Fill in what the kernel at `abi` enforces of the requested sets, using the
+/// crate's per-ABI tables (the same intersection its best-effort logic
+/// hands to `landlock_create_ruleset`).
+fn apply_effective(
+    e: &mut Enforced,
+    abi: ABI,
+    fs_req: BitFlags<AccessFs>,
+    scope_req: BitFlags<Scope>,
+    net_req: BitFlags<AccessNet>,
+) {
+    let fs_eff = fs_req & AccessFs::from_write(abi);
+    let scope_eff = scope_req & Scope::from_all(abi);
+    let net_eff = net_req & AccessNet::from_all(abi);
+    e.files = !fs_eff.is_empty();
+    e.refer = fs_eff.contains(AccessFs::Refer);
+    e.truncate = fs_eff.contains(AccessFs::Truncate);
+    e.ioctl_dev = fs_eff.contains(AccessFs::IoctlDev);
+    e.signals = scope_eff.contains(Scope::Signal);
+    e.abstract_unix = scope_eff.contains(Scope::AbstractUnixSocket);
+    e.network_tcp =
+        !net_eff.is_empty() && net_eff.contains(AccessNet::BindTcp | AccessNet::ConnectTcp);
+    e.network_udp =
+        !net_eff.is_empty() && net_eff.contains(AccessNet::BindUdp | AccessNet::ConnectSendUdp);
+    e.no_new_privs = e.files || e.signals || e.network_tcp;
+}
+
+/// `O_PATH` fds of [`DEFAULT_DEVICES`], opened on first use and kept for the
+/// life of the process (device nodes do not move). `None` = not a default
+/// device; `Some(None)` = default device absent on this host.
+fn cached_default_device(path: &Path) -> Option<Option<&'static PathFd>> {
+    static CACHE: OnceLock<Vec<(&'static str, Option<PathFd>)>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| {
+        DEFAULT_DEVICES
+            .iter()
+            .map(|d| (*d, PathFd::new(d).ok()))
+            .collect()
+    });
+    cache
+        .iter()
+        .find(|(d, _)| Path::new(d) == path)
+        .map(|(_, fd)| fd.as_ref())
+}
+
+/// `O_PATH` fd for a rule; `Ok(None)` (and the path recorded) if it does not
+/// exist.
+fn open_path(path: &Path, skipped: &mut Vec<PathBuf>) -> Result<Option<PathFd>, SandboxError> {
+    match PathFd::new(path) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(PathFdError::OpenCall { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            skipped.push(path.to_path_buf());
+            Ok(None)
+        }
+        Err(e) => Err(SandboxError::Path {
+            path: path.to_path_buf(),
+            source: io::Error::other(e),
+        }),
+    }
+}
+
+/// Enter the Landlock domain on the calling thread. Async-signal-safe: two
+/// raw syscalls, no allocation (`io::Error::last_os_error` is a plain errno).
+fn restrict_current_thread(ruleset_fd: RawFd) -> io::Result<()> {
+    let one: libc::c_ulong = 1;
+    let zero: libc::c_ulong = 0;
+    // SAFETY: plain prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: landlock_restrict_self(int ruleset_fd, u32 flags); the fd is
+    // kept open by the caller for the duration of the call.
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset_fd, 0u32) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub(crate) fn install_pre_exec(cmd: &mut Command, fd: Arc<OwnedFd>) {
+    let raw = fd.as_raw_fd();
+    // SAFETY: the hook runs between fork and exec in the child and only does
+    // async-signal-safe syscalls (no allocation, no locks). The Arc keeps the
+    // ruleset fd open in the parent for as long as the Command exists; the fd
+    // is O_CLOEXEC, so it does not leak into the exec'd program.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _keep_alive = &fd;
+            restrict_current_thread(raw)
+        });
+    }
+}
+
+pub(crate) fn spawn_via_thread(cmd: &mut Command, fd: &Arc<OwnedFd>) -> io::Result<Child> {
+    let raw = fd.as_raw_fd();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            restrict_current_thread(raw)?;
+            cmd.spawn()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("sandbox spawn thread panicked")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use landlock::{RestrictionStatus, RulesetStatus};
+
+    /// What each ABI level gives (the table in NOTES.md), computed offline.
+    #[test]
+    fn degradation_table() {
+        let all_scopes = Scope::Signal | Scope::AbstractUnixSocket;
+        let row = |abi: i32| {
+            let mut e = Enforced::default();
+            apply_effective(
+                &mut e,
+                ABI::from(abi),
+                AccessFs::from_write(FS_TARGET),
+                all_scopes,
+                AccessNet::from_all(NET_TARGET),
+            );
+            (
+                e.files,
+                e.refer,
+                e.truncate,
+                e.network_tcp,
+                e.ioctl_dev,
+                e.signals,
+                e.network_udp,
+            )
+        };
+        assert_eq!(row(0), (false, false, false, false, false, false, false));
+        assert_eq!(row(1), (true, false, false, false, false, false, false));
+        assert_eq!(row(2), (true, true, false, false, false, false, false));
+        assert_eq!(row(3), (true, true, true, false, false, false, false));
+        assert_eq!(row(4), (true, true, true, true, false, false, false));
+        assert_eq!(row(5), (true, true, true, true, true, false, false));
+        assert_eq!(row(6), (true, true, true, true, true, true, false));
+        assert_eq!(row(7), row(6));
+        assert_eq!(row(9), row(6));
+        assert_eq!(row(10), (true, true, true, true, true, true, true));
+        assert_eq!(row(42), row(10));
+        // And the shortfalls loopflow would WARN about on an ABI 3 kernel:
+        let mut e = Enforced {
+            abi: 3,
+            ..Enforced::default()
+        };
+        apply_effective(
+            &mut e,
+            ABI::V3,
+            AccessFs::from_write(FS_TARGET),
+            all_scopes,
+            AccessNet::from_all(NET_TARGET),
+        );
+        let policy = Policy::new().network_deny(true);
+        let s = crate::sandbox::compute_shortfalls(&policy, &e);
+        use crate::sandbox::Shortfall::*;
+        assert_eq!(
+            s,
+            vec![IoctlDev, Signals, AbstractUnix, NetworkTcp, NetworkUdp]
+        );
+        let required: Vec<_> = s.iter().filter(|x| x.is_required()).collect();
+        assert_eq!(required, vec![&Signals, &NetworkTcp]);
+    }
+
+    /// Cross-check our computed `Enforced` against the crate's own verdict:
+    /// build the same ruleset with the crate and let the crate restrict a
+    /// throwaway thread, then compare "fully enforced" with our shortfalls.
+    #[test]
+    fn enforced_matches_crate_status() {
+        let kabi = LandlockSandbox::kernel_abi();
+        for deny in [false, true] {
+            let policy = Policy::new().network_deny(deny);
+            let prepared = LandlockSandbox.prepare(&policy).unwrap();
+            let status: RestrictionStatus = std::thread::spawn(move || {
+                let mut r = Ruleset::default()
+                    .handle_access(AccessFs::from_write(FS_TARGET))
+                    .unwrap()
+                    .scope(Scope::Signal | Scope::AbstractUnixSocket)
+                    .unwrap();
+                if deny {
+                    r = r.handle_access(AccessNet::from_all(NET_TARGET)).unwrap();
+                }
+                r.create().unwrap().restrict_self().unwrap()
+            })
+            .join()
+            .unwrap();
+            let ours_full = prepared
+                .shortfalls()
+                .iter()
+                .all(|s| matches!(s, crate::sandbox::Shortfall::SkippedPath(_)));
+            let crate_full = status.ruleset == RulesetStatus::FullyEnforced;
+            assert_eq!(
+                ours_full, crate_full,
+                "abi {kabi}, deny {deny}: {status:?} vs {prepared:?}"
+            );
+            if kabi == 0 {
+                assert_eq!(status.ruleset, RulesetStatus::NotEnforced);
+            }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! What a tick's processes may write (DESIGN §12): the loop's working directory (its
+//! worktree; with worktrees off, each existing top-level entry of the project but `.git`
+//! and `.loopflow`), the tick's private `TMPDIR`, `/dev/null`-like devices, the paths in
+//! `[sandbox] write` and the agent's own state directories. Nothing else — not the loop's
+//! state, log, lock or config, not the repository's `.git`.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{LoopConfig, SandboxMode};
+use crate::sandbox::{Mode, Policy, Prepared, Sandbox, SandboxError, Shortfall};
+
+/// The sandbox of one tick: the backend, the policy every spawn starts from, and what
+/// the kernel gives for it.
+pub struct Confinement {
+    backend: Option<Box<dyn Sandbox>>,
+    base: Policy,
+}
+
+/// Whether the tick may run its agents, and what to say about it.
+pub enum Verdict {
+    /// Confined as asked (or `mode = "off"`).
+    Ok,
+    /// `mode = "auto"`: running with less than asked; the text says what is missing.
+    Weaker(String),
+    /// `mode = "enforce"` and the kernel cannot: no agent may run.
+    Refused(String),
+}
+
+impl Confinement {
+    /// The tick's confinement. `cwd` is where agents work, `tmp` the tick's `TMPDIR`.
+    pub fn new(config: &LoopConfig, project: &Path, cwd: &Path, tmp: &Path) -> Confinement {
+        let mode = config.sandbox.mode;
+        if mode == SandboxMode::Off {
+            return Confinement {
+                backend: None,
+                base: Policy::new(),
+            };
+        }
+        let mut base = Policy::new()
+            .network_deny(config.sandbox.deny_network)
+            .mode(if mode == SandboxMode::Enforce {
+                Mode::Enforce
+            } else {
+                Mode::BestEffort
+            })
+            .write_dir(tmp);
+        if config.worktree {
+            base = base.write_dir(cwd);
+        } else {
+            for (p, is_dir) in top_level_entries(project) {
+                base = if is_dir {
+                    base.write_dir(p)
+                } else {
+                    base.write_file(p)
+                };
+            }
+        }
+        for (p, _) in &config.sandbox.write {
+            base = base.write_dir(p.clone());
+        }
+        Confinement {
+            backend: Some(crate::sandbox::platform_default()),
+            base,
+        }
+    }
+
+    /// What the kernel gives for the tick's policy, said once before any agent runs.
+    pub fn verdict(&self) -> Verdict {
+        let Some(b) = &self.backend else {
+            return Verdict::Ok;
+        };
+        match b.prepare(&self.base) {
+            Ok(p) => {
+                let missing: Vec<String> = p
+                    .shortfalls()
+                    .iter()
+                    .filter(|s| s.is_required() || matches!(s, Shortfall::SkippedPath(_)))
+                    .map(ToString::to_string)
+                    .collect();
+                if missing.is_empty() {
+                    Verdict::Ok
+                } else {
+                    Verdict::Weaker(missing.join("; "))
+                }
+            }
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    }
+
+    /// A one-line account for `status`, `--dry-run` and `check --explain`.
+    pub fn describe(&self) -> String {
+        let Some(b) = &self.backend else {
+            return "sandbox off: spawned processes may write anywhere the user can".into();
+        };
+        let writes: Vec<String> = self
+            .base
+            .write_dirs
+            .iter()
+            .chain(&self.base.write_files)
+            .map(|p| p.display().to_string())
+            .collect();
+        let net = if self.base.network_deny {
+            "no TCP"
+        } else {
+            "network open"
+        };
+        let enforced = match b.prepare(&self.base) {
+            Ok(p) => p.enforced().to_string(),
+            Err(e) => format!("unavailable ({e})"),
+        };
+        format!(
+            "sandbox {enforced}: writes only {} (+ the agent's state dirs); {net}",
+            writes.join(", ")
+        )
+    }
+
+    /// The sandbox of one spawn: the tick's policy plus the agent's own state
+    /// directories (created if missing: the agent would create them anyway, and a rule
+    /// needs the directory to exist). `None` when the sandbox is off.
+    pub fn prepare(&self, extra: &[PathBuf]) -> Result<Option<Prepared>, SandboxError> {
+        let Some(b) = &self.backend else {
+            return Ok(None);
+        };
+        let mut policy = self.base.clone();
+        for d in extra {
+            let _ = std::fs::create_dir_all(d);
+            policy = policy.write_dir(d.clone());
+        }
+        b.prepare(&policy).map(Some)
+    }
+}
+
+/// With worktrees off, what agents may write: every existing top-level entry of the
+/// project but `.git` and `.loopflow` (directories whole, files as files: a new
+/// top-level file cannot be created).
+fn top_level_entries(project: &Path) -> Vec<(PathBuf, bool)> {
+    let Ok(rd) = std::fs::read_dir(project) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(PathBuf, bool)> = rd
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy().to_lowercase();
+            n != ".git" && n != ".loopflow"
+        })
+        .filter_map(|e| {
+            let t = e.file_type().ok()?;
+            // A symlink is followed by the rule: one pointing outside the project would
+            // widen the sandbox, so only real entries count.
+            if t.is_symlink() {
+                return None;
+            }
+            Some((e.path(), t.is_dir()))
+        })
+        .collect();
+    out.sort();
+    out
+}

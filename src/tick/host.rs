@@ -1,0 +1,326 @@
+//! A running tick as its nodes see it ([`Host`]): how their processes are started (the
+//! loop's environment, its sandbox, the record of every process group), where their
+//! events go, how the commit is written, and the brakes that hold between nodes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::confine::Confinement;
+use super::guard::HaltWatch;
+use super::{DryRun, NodeSummary, Outcome, RunError, Summary};
+use crate::brakes::{GateReport, GateVerdict};
+use crate::exec::{DryNode, End, Stop, Walked};
+use crate::lifecycle::{Committed, Delta, TickStart};
+use crate::load::Loaded;
+use crate::node::{Host, NodeOutput, Spawn, TickScope};
+use crate::pipeline::Pipeline;
+use crate::process::{Exit, Finished};
+use crate::reason::{Budget, Failure, HaltReason, NodeStatus, SkipReason};
+use crate::state::tamper::Watched;
+use crate::state::{Event, Ledger, LogArg, LoopPaths, State, StateError, TickLock};
+use crate::template::vars;
+use crate::work_source::WorkSourceReader;
+
+/// Everything one tick holds while its nodes run; it is also their [`Host`].
+pub(super) struct Tick<'a> {
+    pub paths: &'a LoopPaths,
+    /// The log lines this tick appended (checked at its end).
+    pub ledger: &'a Ledger,
+    pub loaded: &'a Loaded,
+    /// The state as the tick found it.
+    pub state: &'a State,
+    pub gate: &'a GateReport,
+    pub cwd: &'a Path,
+    /// The tick's private `TMPDIR`.
+    pub tmp: &'a Path,
+    /// Where agents write `{{output}}`.
+    pub output_dir: &'a Path,
+    pub cancel: &'a AtomicBool,
+    /// The tick lock, which also records the process groups this tick spawns.
+    pub lock: Option<&'a TickLock>,
+    pub confine: Confinement,
+    /// The length of `.state.log` when the tick started: events after it are this tick's.
+    pub log_start: u64,
+    /// The files that steer the loop, with a digest of each at tick start.
+    pub watched: Watched,
+    /// Halts seen in the state file during the tick.
+    pub halts: HaltWatch,
+    /// The task this tick works on (the gate's, else the state's).
+    pub task: Option<String>,
+    pub cache_dir: PathBuf,
+    /// What the nodes that ended so far produced, for the brakes between nodes.
+    pub settled: Mutex<Vec<NodeOutput>>,
+}
+
+impl<'a> Tick<'a> {
+    pub fn pipeline(&self) -> &'a Pipeline {
+        &self.loaded.pipeline
+    }
+
+    pub fn scope(
+        &'a self,
+        work: &'a WorkSourceReader<'a>,
+        hb: &'a handlebars::Handlebars<'static>,
+    ) -> TickScope<'a> {
+        let last = self.state.last_verdict.as_ref();
+        let empty = Vec::new();
+        let task = self.task.as_deref().unwrap_or("");
+        let title = self.gate.task.as_ref().map_or(task, |t| t.title.as_str());
+        let tick = self.state.iteration_count.saturating_add(1);
+        let vars = vars::tick(&vars::Tick {
+            loop_name: &self.paths.name,
+            project: &self.paths.project.display().to_string(),
+            iteration: tick,
+            cwd: &self.cwd.display().to_string(),
+            current_task: task,
+            task_title: title,
+            current_phase: &self.state.current_phase,
+            reasons: last.map_or(&empty, |v| &v.reasons),
+            next_hint: last.and_then(|v| v.next_hint.as_deref()).unwrap_or(""),
+        });
+        TickScope {
+            loop_name: &self.paths.name,
+            project: &self.paths.project,
+            outputs: &self.paths.outputs,
+            output_dir: self.output_dir,
+            cache_dir: &self.cache_dir,
+            config: &self.loaded.config,
+            state: self.state,
+            tick,
+            cwd: self.cwd,
+            gate: self.gate,
+            work,
+            hb,
+            vars,
+        }
+    }
+
+    pub fn dry_run(&self, scope: &TickScope<'_>) -> Summary {
+        let nodes: Vec<DryNode> = crate::exec::dry_run(self.pipeline(), scope, self);
+        let mut s = Summary::bare(
+            &self.paths.name,
+            if self.gate.ok {
+                Outcome::Tick
+            } else {
+                Outcome::Skip
+            },
+            SkipReason::DryRun,
+            self.state.iteration_count,
+        );
+        s.nodes = self
+            .pipeline()
+            .nodes
+            .iter()
+            .map(|n| NodeSummary {
+                id: n.id.value.clone(),
+                status: NodeStatus::NotRun,
+                ms: 0,
+            })
+            .collect();
+        s.dry_run = Some(DryRun {
+            tick: scope.tick,
+            gate: self.gate.reason.clone(),
+            sandbox: self.confine.describe(),
+            nodes: nodes
+                .into_iter()
+                .map(|n| (n.id, n.kind, n.when, n.what))
+                .collect(),
+        });
+        s
+    }
+
+    /// Runs the tick's nodes (unless something stops it first) and settles the end.
+    pub fn execute(
+        &self,
+        scope: &TickScope<'_>,
+        parallel: bool,
+        repaired: &[String],
+    ) -> Result<Summary, RunError> {
+        let p = self.pipeline();
+        let ended = |end| self.settle(Walked::ended(p.nodes.len(), end));
+        if !repaired.is_empty() {
+            return ended(End::Halt(
+                super::guard::tampered(),
+                Some(format!(
+                    "{}; loopflow cannot lock the state safely until a human looks",
+                    repaired.join("; ")
+                )),
+            ));
+        }
+        // The brakes are universal (D3) and a halt stands until a human approves it (D4):
+        // a pipeline without a `gate` node still gets the gate, before any of its nodes.
+        let gate_end = match &self.gate.verdict {
+            GateVerdict::Pass => None,
+            GateVerdict::Skip(r) => Some(End::Skip(r.clone())),
+            GateVerdict::Halt { reason, detail } => {
+                Some(End::Halt(reason.clone(), Some(detail.clone())))
+            }
+        };
+        match gate_end {
+            Some(end) if !p.nodes.iter().any(|n| n.spec.gates()) => return ended(end),
+            Some(_) => {}
+            // Only a tick that will run agents says what the sandbox can do.
+            None => match self.confine.verdict() {
+                super::confine::Verdict::Ok => {}
+                super::confine::Verdict::Weaker(what) => self.event(
+                    Event::Warn,
+                    &[LogArg::Kv(
+                        "msg",
+                        format!("sandbox: {what}; agents run with less confinement"),
+                    )],
+                ),
+                super::confine::Verdict::Refused(why) => {
+                    return ended(End::Halt(
+                        HaltReason::HumanIntervention(
+                            crate::reason::Intervention::SandboxUnavailable,
+                        ),
+                        Some(format!(
+                            "{why}; no agent ran ([sandbox] mode = \"enforce\")"
+                        )),
+                    ));
+                }
+            },
+        }
+        let w = crate::exec::walk(p, scope, self, parallel);
+        self.settle(w)
+    }
+
+    /// The spend so far, and the first budget it crossed.
+    fn crossed(&self) -> Option<(Budget, String)> {
+        let b = &self.loaded.config.brakes;
+        let now = self
+            .settled
+            .lock()
+            .map(|o| crate::node::spend_of(o.iter()))
+            .unwrap_or_default();
+        let start = &self.state.spent;
+        let usd = start.usd + now.usd;
+        let tokens = start.tokens.saturating_add(now.tokens);
+        let seconds = start.seconds + now.seconds;
+        if let Some(l) = b.max_budget_usd
+            && usd >= l
+        {
+            return Some((Budget::Usd, format!("usd {usd:.4} of {l}")));
+        }
+        if let Some(l) = b.max_tokens
+            && tokens >= l
+        {
+            return Some((Budget::Tokens, format!("tokens {tokens} of {l}")));
+        }
+        if let Some(l) = b.max_seconds
+            && seconds >= l
+        {
+            return Some((Budget::Seconds, format!("seconds {seconds:.1} of {l}")));
+        }
+        None
+    }
+}
+
+impl Host for Tick<'_> {
+    fn spawn(&self, node: &str, s: &Spawn<'_>) -> Finished {
+        let record = |pgid: u32| {
+            if let Some(l) = self.lock {
+                l.record_group(pgid);
+            }
+        };
+        let watch = || self.halts.look(self.paths);
+        let sandbox = match self.confine.prepare(&s.write) {
+            Ok(p) => p,
+            Err(e) => {
+                return Finished {
+                    exit: Exit::SpawnFailed(format!("sandbox: {e}")),
+                    elapsed: std::time::Duration::ZERO,
+                };
+            }
+        };
+        let mut env = vec![
+            ("LOOPFLOW_LOOP".into(), self.paths.name.clone()),
+            (
+                "LOOPFLOW_PROJECT".into(),
+                self.paths.project.display().to_string(),
+            ),
+            (
+                "LOOPFLOW_TICK".into(),
+                self.state.iteration_count.saturating_add(1).to_string(),
+            ),
+            ("LOOPFLOW_NODE".into(), node.to_string()),
+            // Agents (OpenCode) trust PWD over their real directory: never the inherited one.
+            ("PWD".into(), self.cwd.display().to_string()),
+            ("TMPDIR".into(), self.tmp.display().to_string()),
+        ];
+        env.extend(s.env.iter().cloned());
+        let done = crate::process::run(&crate::process::Spawn {
+            argv: s.argv,
+            cwd: self.cwd,
+            env,
+            stdin: s.stdin.as_deref(),
+            stdout: s.stdout.clone(),
+            stderr: s.stderr.clone(),
+            timeout: s.timeout,
+            idle: s.idle,
+            cancel: self.cancel,
+            sandbox: sandbox.as_ref(),
+            on_spawn: Some(&record),
+            on_poll: Some(&watch),
+        });
+        // What the node's processes detached (and left to loopflow, their subreaper) goes
+        // with the node.
+        let killed = crate::process::reap_leftovers(Some(node));
+        if killed > 0 {
+            self.event(
+                Event::Warn,
+                &[
+                    LogArg::Kv("node", node.to_string()),
+                    LogArg::Kv("killed", killed.to_string()),
+                    LogArg::Kv("msg", "stopped processes the node left running".into()),
+                ],
+            );
+        }
+        done
+    }
+
+    fn event(&self, event: Event, args: &[LogArg<'_>]) {
+        let _ = self.paths.log(event, args);
+    }
+
+    fn commit(&self, delta: Delta) -> Result<Committed, StateError> {
+        self.halts.look(self.paths);
+        crate::lifecycle::commit(
+            self.paths,
+            &TickStart {
+                state: self.state,
+                log_start: self.log_start,
+                watched: &self.watched,
+                task: self.task.as_deref(),
+                seen_halt: self.halts.seen(),
+            },
+            &delta,
+            self.loaded.config.brakes.score_plateau_window,
+        )
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
+
+    fn before_node(&self, spawns: bool) -> Result<(), Stop> {
+        self.halts.look(self.paths);
+        // Again before every node: an agent earlier in this tick may have swapped
+        // `outputs/` (or the loop directory) for a symlink.
+        self.paths
+            .refuse_symlinks()
+            .map_err(|e| Stop::Fail(Failure::State(e.to_string())))?;
+        // Spend counts as soon as a node ends: past a budget, no further process runs.
+        if spawns && let Some((unit, detail)) = self.crossed() {
+            return Err(Stop::Halt(HaltReason::BudgetExhausted(unit), detail));
+        }
+        Ok(())
+    }
+
+    fn settled(&self, out: &NodeOutput) {
+        if let Ok(mut s) = self.settled.lock() {
+            s.push(out.clone());
+        }
+    }
+}

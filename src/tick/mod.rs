@@ -1,0 +1,375 @@
+//! One tick of one loop (DESIGN §10 `run`), top to bottom: open the loop, take its lock,
+//! stop what a killed tick left running, read the state (recovering a lost `TICK` line),
+//! load the config, set up the sandbox, evaluate the gate, walk the DAG, settle how the
+//! tick ended, and stop whatever its processes left behind.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::diag::Diagnostics;
+use crate::load::LoadError;
+use crate::reason::{NodeStatus, SkipReason};
+use crate::state::tamper::Watched;
+use crate::state::{Event, LogArg, LoopPaths, StateError, TickLock};
+use crate::work_source::WorkSourceReader;
+
+mod confine;
+mod guard;
+mod host;
+mod settle;
+
+use confine::Confinement;
+use host::Tick;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Tick,
+    Skip,
+    Halt,
+    Abort,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeSummary {
+    pub id: String,
+    pub status: NodeStatus,
+    pub ms: u64,
+}
+
+/// The `--json` tick summary (DESIGN §10).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    #[serde(rename = "loop")]
+    pub loop_name: String,
+    pub outcome: Outcome,
+    pub reason: Option<String>,
+    pub iteration: u64,
+    pub pass: Option<bool>,
+    pub score: Option<f64>,
+    pub nodes: Vec<NodeSummary>,
+    #[serde(skip)]
+    pub interrupted: bool,
+    /// What a dry run would do (`run --dry-run`).
+    #[serde(skip)]
+    pub dry_run: Option<DryRun>,
+}
+
+/// `run --dry-run`: the gate and each node's account of itself.
+#[derive(Debug, Clone)]
+pub struct DryRun {
+    pub tick: u64,
+    /// `None` when the gate passes, else why a real run would stop there.
+    pub gate: Option<String>,
+    /// What the sandbox lets the tick's processes do.
+    pub sandbox: String,
+    pub nodes: Vec<(String, &'static str, Option<String>, String)>,
+}
+
+impl Summary {
+    fn bare(name: &str, outcome: Outcome, reason: impl ToString, iteration: u64) -> Summary {
+        Summary {
+            loop_name: name.to_string(),
+            outcome,
+            reason: Some(reason.to_string()),
+            iteration,
+            pass: None,
+            score: None,
+            nodes: Vec::new(),
+            interrupted: false,
+            dry_run: None,
+        }
+    }
+
+    /// One line for people: `loop demo ticked, iteration 3, pass=true score=0.8`.
+    pub fn human(&self) -> String {
+        let what = match self.outcome {
+            Outcome::Tick => "ticked",
+            Outcome::Skip => "skipped",
+            Outcome::Halt => "halted",
+            Outcome::Abort => "aborted",
+        };
+        let mut s = format!("loop {} {what}", self.loop_name);
+        if let Some(r) = &self.reason {
+            s.push_str(&format!(" ({r})"));
+        }
+        s.push_str(&format!(", iteration {}", self.iteration));
+        if let (Some(p), Some(sc)) = (self.pass, self.score) {
+            s.push_str(&format!(", pass={p} score={sc}"));
+        }
+        s
+    }
+}
+
+/// Why a tick could not run at all. Each maps to one exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("invalid configuration")]
+    Config(Diagnostics),
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+impl From<LoadError> for RunError {
+    fn from(e: LoadError) -> Self {
+        match e {
+            LoadError::Config(d) => RunError::Config(d),
+            LoadError::Io { path, source } => RunError::State(StateError::Io { path, source }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub pipeline: Option<PathBuf>,
+    pub dry_run: bool,
+    pub parallel: bool,
+}
+
+/// One tick of one loop.
+pub fn run_tick(
+    project: &Path,
+    name: &str,
+    opts: &RunOptions,
+    cancel: &AtomicBool,
+) -> Result<Summary, RunError> {
+    crate::state::check_loop_name(name).map_err(|e| RunError::Usage(e.to_string()))?;
+    // Agents run in another directory (the worktree) and get paths as arguments and in
+    // LOOPFLOW_PROJECT: every path they see must be absolute, whatever `--project` was.
+    let project = &std::path::absolute(project).map_err(|e| {
+        RunError::State(StateError::Io {
+            path: project.to_path_buf(),
+            source: e,
+        })
+    })?;
+    let (paths, ledger) = LoopPaths::new(project, name).with_ledger();
+    if !paths.dir.is_dir() {
+        return Ok(Summary::bare(
+            name,
+            Outcome::Skip,
+            SkipReason::UnknownLoop,
+            0,
+        ));
+    }
+    // Before the first write: a planted symlink must not redirect the log, locks or outputs.
+    paths.refuse_symlinks()?;
+    if !paths.state.exists() {
+        if !opts.dry_run {
+            skip(&paths, &SkipReason::Untracked)?;
+        }
+        return Ok(Summary::bare(name, Outcome::Skip, SkipReason::Untracked, 0));
+    }
+    // Lock and log files an agent replaced (a directory, a FIFO) are moved aside first:
+    // a state loopflow cannot lock must halt the loop, not fail every tick after its agents.
+    let repaired = if opts.dry_run {
+        Vec::new()
+    } else {
+        guard::repair_files(&paths)
+    };
+    let lock = if opts.dry_run {
+        None
+    } else {
+        match lock(&paths)? {
+            Some(l) => Some(l),
+            None => {
+                skip(&paths, &SkipReason::Locked)?;
+                // The state is replaced atomically, so reading it beside a running tick is
+                // safe; the summary reports where the loop stands, not 0.
+                let iteration = paths.load().map_or(0, |s| s.iteration_count);
+                return Ok(Summary::bare(
+                    name,
+                    Outcome::Skip,
+                    SkipReason::Locked,
+                    iteration,
+                ));
+            }
+        }
+    };
+    if let Some(lock) = &lock {
+        // A tick killed outright (kill -9) cannot stop its agents; this one does, before
+        // anything else runs in the loop's worktree.
+        guard::stop_leftovers(&paths, &lock.take_previous())?;
+    }
+    let result = run_locked(&paths, &ledger, lock.as_ref(), &repaired, opts, cancel);
+    if let Some(lock) = &lock {
+        // What the tick's processes left behind (detached, reparented to loopflow) goes
+        // before the lock is let go: nothing may outlive the tick that started it.
+        let killed = crate::process::reap_leftovers(None);
+        if killed > 0 {
+            let _ = paths.log(
+                Event::Warn,
+                &[
+                    LogArg::Kv("killed", killed.to_string()),
+                    LogArg::Kv(
+                        "msg",
+                        "stopped processes the tick's agents left running".into(),
+                    ),
+                ],
+            );
+        }
+        lock.clear();
+    }
+    result
+}
+
+/// The tick lock, taken without waiting for another tick — but a tick killed a moment
+/// ago may leave a half-started child holding it for a few milliseconds, so contention
+/// is looked at again briefly before the tick says `locked`.
+fn lock(paths: &LoopPaths) -> Result<Option<TickLock>, StateError> {
+    for attempt in 0..4 {
+        if let Some(l) = paths.try_lock_tick()? {
+            return Ok(Some(l));
+        }
+        if attempt < 3 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(None)
+}
+
+/// The tick, once its lock is held.
+fn run_locked(
+    paths: &LoopPaths,
+    ledger: &crate::state::Ledger,
+    lock: Option<&TickLock>,
+    repaired: &[String],
+    opts: &RunOptions,
+    cancel: &AtomicBool,
+) -> Result<Summary, RunError> {
+    let base = std::env::current_dir().unwrap_or_else(|_| paths.project.clone());
+    let state = match paths.load() {
+        Ok(s) => s,
+        Err(e) => {
+            if !opts.dry_run {
+                let _ = paths.log(
+                    Event::Error,
+                    &[LogArg::Kv("reason", "state_unreadable".into())],
+                );
+            }
+            return Err(e.into());
+        }
+    };
+    if !opts.dry_run {
+        paths.recover_tick_line(&state)?;
+    }
+    let loaded = match crate::load::load(paths, opts.pipeline.as_deref(), &base) {
+        Ok(l) => l,
+        Err(e) => {
+            if !opts.dry_run && matches!(e, LoadError::Config(_)) {
+                let _ = paths.log(
+                    Event::Error,
+                    &[LogArg::Kv("reason", "invalid_config".into())],
+                );
+            }
+            return Err(e.into());
+        }
+    };
+    let cwd = crate::work_source::loop_cwd(&loaded.config, &state, paths);
+    if loaded.config.worktree
+        && std::fs::symlink_metadata(&cwd).is_ok_and(|m| m.file_type().is_symlink())
+    {
+        // Agents would run wherever it points (the main checkout, say), not in isolation.
+        return Err(StateError::Io {
+            path: cwd,
+            source: std::io::Error::other(
+                "the loop's worktree is a symlink; loopflow runs agents only in a real worktree (remove it and run `git worktree repair`, or recreate the loop)",
+            ),
+        }
+        .into());
+    }
+    let tick_no = state.iteration_count.saturating_add(1);
+    let tmp = paths.tick_tmp(tick_no);
+    let output_dir = cwd.join(OUTPUT_DIR);
+    if !opts.dry_run {
+        prepare_dirs(paths, &tmp, &output_dir, &cwd)?;
+    }
+    let confine = Confinement::new(&loaded.config, &paths.project, &cwd, &tmp);
+    // Audit commands run confined too (in a dry run they do not run at all).
+    let audit_box = if opts.dry_run {
+        None
+    } else {
+        confine.prepare(&[]).ok().flatten()
+    };
+    let work = WorkSourceReader::new(&loaded.config, &state, paths, opts.dry_run)
+        .confined(audit_box.as_ref());
+    let gate = crate::brakes::evaluate(&loaded.config, &state, paths, &work);
+    // The ledger holds what the tick writes from `log_start` on.
+    let log_start = std::fs::metadata(&paths.log).map_or(0, |m| m.len());
+    if let Ok(mut l) = ledger.lock() {
+        l.clear();
+    }
+    let tick = Tick {
+        paths,
+        ledger,
+        loaded: &loaded,
+        state: &state,
+        gate: &gate,
+        cwd: &cwd,
+        tmp: &tmp,
+        output_dir: &output_dir,
+        cancel,
+        lock,
+        confine,
+        log_start,
+        watched: Watched::new(
+            std::iter::once(paths.config())
+                .chain(loaded.pipeline_path.clone())
+                .chain(loaded.config.prompt_files().map(Path::to_path_buf)),
+        ),
+        halts: guard::HaltWatch::default(),
+        task: gate
+            .task
+            .as_ref()
+            .map(|t| t.id.clone())
+            .or_else(|| state.current_task.clone()),
+        cache_dir: paths.cache_dir(),
+        settled: Default::default(),
+    };
+    let hb = crate::template::engine();
+    let scope = tick.scope(&work, &hb);
+    if opts.dry_run {
+        return Ok(tick.dry_run(&scope));
+    }
+    crate::process::become_subreaper();
+    let result = tick.execute(&scope, opts.parallel, repaired);
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
+
+/// Where agents write their `{{output}}` files, inside their working directory.
+pub const OUTPUT_DIR: &str = ".loopflow-out";
+
+/// The tick's own directories: `outputs/`, its private `TMPDIR` (earlier ticks' are
+/// removed: a killed tick leaves its own), and the `{{output}}` directory in the working
+/// directory, which ignores itself so `git status` and `git-commit` never see it.
+fn prepare_dirs(paths: &LoopPaths, tmp: &Path, out: &Path, cwd: &Path) -> Result<(), StateError> {
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StateError::Io { path: p, source }
+    };
+    std::fs::create_dir_all(&paths.outputs).map_err(io(&paths.outputs))?;
+    let tmp_root = paths.dir.join("tmp");
+    let _ = std::fs::remove_dir_all(&tmp_root);
+    std::fs::create_dir_all(tmp).map_err(io(tmp))?;
+    if cwd.is_dir() {
+        if std::fs::symlink_metadata(out).is_ok_and(|m| !m.is_dir()) {
+            let _ = std::fs::remove_file(out);
+        }
+        std::fs::create_dir_all(out).map_err(io(out))?;
+        let ignore = out.join(".gitignore");
+        if std::fs::read(&ignore).ok().as_deref() != Some(b"*\n") {
+            crate::fs_safe::write_owned(&ignore, b"*\n").map_err(io(&ignore))?;
+        }
+    }
+    Ok(())
+}
+
+/// Logs `SKIP reason=…`.
+fn skip(paths: &LoopPaths, reason: &SkipReason) -> Result<(), StateError> {
+    paths.log(Event::Skip, &[LogArg::Kv("reason", reason.to_string())])
+}
