@@ -180,6 +180,7 @@ pub fn run_tick(
     };
     if let Some(lock) = &lock {
         stop_orphans(&paths, lock)?;
+        paths.remove_stale_temps();
     }
     let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
     let state = match paths.load() {

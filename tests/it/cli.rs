@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::support::{Project, standard_agent};
 
 const PASS: &str = r#"{"pass": true, "score": 0.9}"#;
+const HALF: &str = r#"{"pass": false, "score": 0.5}"#;
 
 /// A project with loop `l` driven by the standard agent (max 10 iterations).
 fn agent_project(verdicts: &[&str], brakes: &str) -> Project {
@@ -38,4 +39,30 @@ fn the_gate_node_reports_how_it_ended_the_tick() {
     let skipped = p.run_json("l", &[]).json();
     assert_eq!(skipped["outcome"], "skip");
     assert_eq!(gate(&skipped), "skip");
+}
+
+// ---- state files left by killed writes ------------------------------------------------------
+
+#[test]
+fn a_tick_removes_temp_files_of_killed_writes() {
+    let p = agent_project(&[HALF], "");
+    let dir = p.loop_dir("l");
+    let stale = dir.join(".state.tmpKILLED");
+    let fresh = dir.join(".state.tmpRECENT");
+    std::fs::write(&stale, "{\"half\":").unwrap();
+    std::fs::write(&fresh, "{\"half\":").unwrap();
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    // A dry run writes nothing, temp files included.
+    assert_eq!(p.lf(&["run", "--loop", "l", "--dry-run"]).code, 0);
+    assert!(stale.exists());
+    p.run_json("l", &[]);
+    assert!(!stale.exists(), "a leftover of a killed write stays");
+    // A minute-young one may belong to a write in progress beside the tick.
+    assert!(fresh.exists());
 }
