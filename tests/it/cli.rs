@@ -41,6 +41,23 @@ fn the_gate_node_reports_how_it_ended_the_tick() {
     assert_eq!(gate(&skipped), "skip");
 }
 
+// ---- display safety -----------------------------------------------------------------------
+
+#[test]
+fn check_quotes_a_huge_unknown_key_in_part() {
+    let p = Project::new();
+    let key = "k".repeat(10_000_000);
+    let file = p.write("big.toml", &format!("name = \"x\"\n{key} = 1\n"));
+    let r = p.lf(&["check", file.to_str().unwrap()]);
+    assert_eq!(r.code, 3, "{r:?}");
+    let all = r.stdout.len() + r.stderr.len();
+    assert!(all < 10_000, "{all} bytes of diagnostics");
+    assert!(
+        (r.stdout.clone() + &r.stderr).contains(&format!("unknown key `{}…`", &key[..80])),
+        "{r:?}"
+    );
+}
+
 // ---- state files left by killed writes ------------------------------------------------------
 
 #[test]
