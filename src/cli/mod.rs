@@ -111,6 +111,12 @@ pub fn use_color(stream_is_tty: bool) -> bool {
 }
 
 pub fn main() -> i32 {
+    crate::out::install_pipe_net();
+    let code = dispatch();
+    crate::out::finish(code)
+}
+
+fn dispatch() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

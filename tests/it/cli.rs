@@ -3,12 +3,36 @@
 //! upward from a subdirectory, `status` that never calls a broken loop `ok`, and text an
 //! agent wrote escaped before a terminal sees it.
 
+use std::process::{Command, Stdio};
+
 use serde_json::Value;
 
-use crate::support::{Project, standard_agent};
+use crate::support::{LoopToml, Project, Run, loopflow, standard_agent, wait_or_kill};
 
 const PASS: &str = r#"{"pass": true, "score": 0.9}"#;
 const HALF: &str = r#"{"pass": false, "score": 0.5}"#;
+
+/// Runs `c` with a stdout whose reader is already gone: every write to it fails with
+/// EPIPE (what `| head -0` does to a slower writer).
+fn with_closed_stdout(mut c: Command) -> Run {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    c.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped());
+    Run::of(&mut c)
+}
+
+fn assert_quiet_end(r: &Run, what: &str) {
+    assert!(
+        r.code == 0 || r.code == 141,
+        "{what}: exit {} (want 0 or 141)\n{r:?}",
+        r.code
+    );
+    assert!(
+        !r.stderr.contains("panicked") && !r.stderr.contains("Broken pipe"),
+        "{what}: not quiet: {}",
+        r.stderr
+    );
+}
 
 /// A project with loop `l` driven by the standard agent (max 10 iterations).
 fn agent_project(verdicts: &[&str], brakes: &str) -> Project {
@@ -18,7 +42,309 @@ fn agent_project(verdicts: &[&str], brakes: &str) -> Project {
     p
 }
 
+// ---- stdout is for data --------------------------------------------------------------------
+
+#[test]
+fn run_json_is_exactly_one_document_and_people_read_stderr() {
+    let p = agent_project(&[HALF], "");
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let mut args = vec!["run", "--loop", "l", "--json"];
+        args.extend(extra);
+        let r = p.lf(&args);
+        assert_eq!(r.code, 0, "{r:?}");
+        let doc: Value = serde_json::from_str(&r.stdout)
+            .unwrap_or_else(|e| panic!("{extra:?}: stdout is not one JSON document ({e}): {r:?}"));
+        assert_eq!(doc["loop"], "l");
+        assert!(r.stderr.contains("loop l "), "{extra:?}: {r:?}");
+    }
+    // Without --json the human lines are the output.
+    let r = p.lf(&["run", "--loop", "l"]);
+    assert!(r.stdout.starts_with("loop l ticked"), "{r:?}");
+    for args in [
+        &["status", "--json"][..],
+        &["status", "--loop", "l", "--json"][..],
+        &["gate", "--loop", "l", "--json"][..],
+    ] {
+        let r = p.lf(args);
+        assert!(
+            serde_json::from_str::<Value>(&r.stdout).is_ok(),
+            "{args:?}: {r:?}"
+        );
+    }
+    let dir = p.join("demo");
+    let r = Run::of(loopflow(p.path()).args(["demo", "--json", "--dir", dir.to_str().unwrap()]));
+    assert_eq!(r.code, 0, "{r:?}");
+    let doc: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r:?}"));
+    assert!(
+        doc["ticks"].as_array().is_some_and(|t| t.len() >= 3),
+        "{doc}"
+    );
+    assert_eq!(doc["status"]["name"], "demo");
+    assert!(r.stderr.contains("Next steps"), "{r:?}");
+}
+
+#[test]
+fn log_json_prints_one_event_object_per_line() {
+    let p = agent_project(&[HALF], "");
+    p.run_json("l", &[]);
+    let r = p.lf(&["halt", "--loop", "l", "--reason", "waiting for review"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = p.lf(&[
+        "approve",
+        "--loop",
+        "l",
+        "--note",
+        "a \"quoted\" note\nsecond line",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    // Something that is not an event line.
+    let log = p.loop_dir("l").join(".state.log");
+    let mut raw = std::fs::read(&log).unwrap();
+    raw.extend_from_slice(b"not an event\n");
+    std::fs::write(&log, raw).unwrap();
+    let r = p.lf(&["log", "--loop", "l", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let events: Vec<Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(events.len(), p.log("l").len(), "{}", r.stdout);
+    let find = |ev: &str| {
+        events
+            .iter()
+            .find(|e| e["event"] == ev)
+            .unwrap_or_else(|| panic!("no {ev}: {}", r.stdout))
+    };
+    let tick = find("TICK");
+    assert_eq!(tick["args"]["iter"], "1");
+    assert!(tick["at"].as_str().is_some_and(|t| t.ends_with('Z')));
+    let halt = find("HALT");
+    let words: Vec<&str> = halt["words"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert_eq!(words.join(" "), "waiting for review", "{halt}");
+    // Quoted values come back unescaped.
+    assert_eq!(
+        find("APPROVE")["args"]["note"],
+        "a \"quoted\" note\nsecond line"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], Value::Null);
+    assert_eq!(last["unparsed"], "not an event");
+}
+
+/// The commands the issue names, each with a stdout already closed.
+#[test]
+fn a_closed_stdout_ends_every_command_quietly() {
+    let p = Project::git();
+    let a = standard_agent(&p, &[HALF]);
+    p.agent_loop("l", &a, "");
+    p.run_json("l", &[]);
+    // A log bigger than a pipe's buffer, so `log` meets the closed pipe mid-stream.
+    let log = p.loop_dir("l").join(".state.log");
+    let mut raw = std::fs::read(&log).unwrap();
+    for i in 0..5000 {
+        raw.extend_from_slice(format!("2026-11-30T02:10:00Z WARN n={i} msg=filler\n").as_bytes());
+    }
+    std::fs::write(&log, raw).unwrap();
+    for args in [
+        &["status"][..],
+        &["status", "--json"][..],
+        &["run", "--loop", "l", "--dry-run"][..],
+        &["run", "--loop", "l", "--json"][..],
+        &["schedule", "print", "--loop", "l", "--platform", "cron"][..],
+        &["check"][..],
+        &["log", "--loop", "l"][..],
+        &["log", "--loop", "l", "--json"][..],
+        &["log", "--loop", "l", "--follow"][..],
+        &["gate", "--loop", "l"][..],
+        &["--help"][..],
+    ] {
+        let r = with_closed_stdout(p.lf_cmd(args));
+        assert_quiet_end(&r, &format!("{args:?}"));
+    }
+    // The tick that met a closed stdout still committed.
+    assert_eq!(p.state("l")["iteration_count"], 2, "{}", p.state("l"));
+}
+
+/// A stdout that fails for another reason (a full disk) is an error, said once.
+#[test]
+fn a_full_stdout_is_an_error() {
+    let p = agent_project(&[HALF], "");
+    for args in [
+        &["status"][..],
+        &["schedule", "print", "--loop", "l", "--platform", "cron"][..],
+    ] {
+        let mut c = p.lf_cmd(args);
+        c.stdout(std::fs::File::create("/dev/full").unwrap());
+        let r = Run::of(&mut c);
+        assert_eq!(r.code, 4, "{args:?}: {r:?}");
+        assert!(
+            r.stderr.contains("error: cannot write to stdout") && !r.stderr.contains("panicked"),
+            "{args:?}: {r:?}"
+        );
+    }
+}
+
+/// `log --follow | head -1`: the reader leaves after one line, and `log` ends with it,
+/// not at the next line appended (none comes).
+#[test]
+fn log_follow_ends_when_its_reader_leaves() {
+    let p = agent_project(&[HALF], "");
+    let mut child = p
+        .lf_cmd(&["log", "--loop", "l", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    use std::io::Read;
+    out.read_exact(&mut first).unwrap();
+    drop(out);
+    let st = wait_or_kill(&mut child, "log --follow after its reader left");
+    assert!(st.code() == Some(0), "{st:?}");
+}
+
 // ---- status never calls a broken loop ok ---------------------------------------------------
+
+/// The STATE column of loop `name` in `status`.
+fn state_cell(r: &Run, name: &str) -> String {
+    let head = r.stdout.lines().next().unwrap_or("");
+    let (from, to) = (head.find("STATE").unwrap(), head.find("PHASE").unwrap());
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no row {name}: {r:?}"));
+    row.chars()
+        .skip(from)
+        .take(to - from)
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn status_shows_an_unparsable_config_as_invalid() {
+    let p = agent_project(&[HALF], "");
+    p.loop_toml("l", "[brakes]\nmax_iteration = 3\n");
+    let r = p.lf(&["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(state_cell(&r, "l"), "INVALID CONFIG", "{r:?}");
+    assert!(
+        r.stdout
+            .contains("note: l: invalid loop.toml: .loopflow/loops/l/loop.toml:1:"),
+        "the first problem: {r:?}"
+    );
+    let j: Value = serde_json::from_str(&p.lf(&["status", "--json"]).stdout).unwrap();
+    assert!(
+        j["loops"][0]["config_error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with(".loopflow/loops/l/loop.toml:")),
+        "{j}"
+    );
+    assert_eq!(j["loops"][0]["max_iterations"], Value::Null);
+}
+
+#[test]
+fn status_shows_an_aborting_loop_as_aborting() {
+    let p = Project::new();
+    let a = p.script("fail.sh", "exit 7");
+    p.agent_loop("l", &a, "max_consecutive_aborts = 5");
+    let r = p.lf(&["run", "--loop", "l", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.stdout).unwrap()["outcome"],
+        "abort"
+    );
+    let r = p.lf(&["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        state_cell(&r, "l"),
+        "ABORTING (1 in a row: implement exit:7)",
+        "{r:?}"
+    );
+    let j: Value = serde_json::from_str(&p.lf(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(j["loops"][0]["consecutive_aborts"], 1);
+    assert_eq!(j["loops"][0]["last_abort"]["node"], "implement");
+}
+
+#[test]
+fn status_exits_4_for_an_unreadable_state_and_lists_the_others() {
+    let p = agent_project(&[HALF], "");
+    let a = p.join("agent.sh");
+    p.agent_loop("m", &a, "");
+    std::fs::write(p.loop_dir("m").join(".state.loop"), "{ not json").unwrap();
+    let r = p.lf(&["status"]);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert_eq!(state_cell(&r, "l"), "ok", "{r:?}");
+    assert!(state_cell(&r, "m").starts_with("UNREADABLE"), "{r:?}");
+    assert!(r.stderr.contains(".state.loop:1:3"), "{r:?}");
+    let r = p.lf(&["status", "--json"]);
+    assert_eq!(r.code, 4, "{r:?}");
+    let j: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(j["loops"].as_array().unwrap().len(), 1);
+    assert_eq!(j["errors"][0]["name"], "m");
+    assert_eq!(p.lf(&["status", "--loop", "m"]).code, 4);
+    assert_eq!(p.lf(&["status", "--loop", "l"]).code, 0);
+}
+
+#[test]
+fn model_diversity_is_unknown_without_models() {
+    let p = Project::new();
+    let a = standard_agent(&p, &[HALF]);
+    let diverse = |toml: LoopToml| {
+        p.with_loop("x", &toml);
+        let j: Value =
+            serde_json::from_str(&p.lf(&["status", "--loop", "x", "--json"]).stdout).unwrap();
+        std::fs::remove_dir_all(p.loop_dir("x")).unwrap();
+        j["loops"][0]["model_diverse"].clone()
+    };
+    let base = || LoopToml::new().harness_agent(&a);
+    assert_eq!(diverse(base()), Value::Null);
+    assert_eq!(
+        diverse(base().role("implement", "model = \"m1\"")),
+        Value::Null
+    );
+    let two = |m: &str| {
+        base()
+            .role("implement", "model = \"m1\"")
+            .role("verify", &format!("model = \"{m}\""))
+    };
+    assert_eq!(diverse(two("m2")), Value::Bool(true));
+    assert_eq!(diverse(two("m1")), Value::Bool(false));
+}
+
+#[test]
+fn create_says_a_task_is_missing_only_when_it_is() {
+    let p = Project::new();
+    let r = p.lf(&[
+        "create",
+        "--loop",
+        "ci",
+        "--template",
+        "ci-triage",
+        "--no-worktree",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stdout.contains("no --task"), "{r:?}");
+    assert!(
+        r.stdout.contains("task: make the failing tests pass"),
+        "{r:?}"
+    );
+    let r = p.lf(&["create", "--loop", "d", "--no-worktree"]);
+    assert!(r.stdout.contains("no --task given"), "{r:?}");
+    let r = p.lf(&["create", "--loop", "t", "--task", "x", "--no-worktree"]);
+    assert!(
+        !r.stdout.contains("no --task") && !r.stdout.contains("task: "),
+        "{r:?}"
+    );
+}
 
 #[test]
 fn the_gate_node_reports_how_it_ended_the_tick() {
@@ -42,6 +368,66 @@ fn the_gate_node_reports_how_it_ended_the_tick() {
 }
 
 // ---- display safety -----------------------------------------------------------------------
+
+#[test]
+fn status_escapes_what_splits_or_reorders_a_row() {
+    let p = Project::new();
+    let r = p.lf(&[
+        "create",
+        "--loop",
+        "x",
+        "--no-worktree",
+        "--task",
+        "first\u{2028}second\u{2029}third \u{202e}desrever\u{2066}x\u{200b}y",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = p.lf(&["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for c in ['\u{2028}', '\u{2029}', '\u{202e}', '\u{2066}', '\u{200b}'] {
+        assert!(!r.stdout.contains(c), "{c:?} raw in {:?}", r.stdout);
+    }
+    assert_eq!(
+        r.stdout.lines().count(),
+        2,
+        "one header, one row: {:?}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("first\\u{2028}second"), "{:?}", r.stdout);
+    // JSON keeps the value, escaped.
+    let j = p.lf(&["status", "--json"]).stdout;
+    assert!(!j.contains('\u{2028}') && j.contains("\\u2028"), "{j}");
+    let v: Value = serde_json::from_str(&j).unwrap();
+    assert!(
+        v["loops"][0]["current_task"]
+            .as_str()
+            .unwrap()
+            .contains('\u{2028}')
+    );
+}
+
+#[test]
+fn log_escapes_utf8_c1_controls_an_agent_wrote() {
+    let p = agent_project(&[HALF], "");
+    let log = p.loop_dir("l").join(".state.log");
+    let mut raw = std::fs::read(&log).unwrap();
+    // U+009B (CSI) and U+0085 (NEL) as UTF-8, U+2028, and a lone invalid byte.
+    raw.extend_from_slice("forged \u{9b}2J \u{85}next\u{2028}line \u{202e}x\n".as_bytes());
+    raw.extend_from_slice(b"bad \xff byte\n");
+    std::fs::write(&log, raw).unwrap();
+    let r = p.lf(&["log", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for c in ['\u{9b}', '\u{85}', '\u{2028}', '\u{202e}'] {
+        assert!(!r.stdout.contains(c), "{c:?} raw in {:?}", r.stdout);
+    }
+    assert!(
+        r.stdout.contains("forged \\u{9b}2J \\u{85}next"),
+        "{:?}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("bad \\xff byte"), "{:?}", r.stdout);
+    let j = p.lf(&["log", "--loop", "l", "--json"]).stdout;
+    assert!(!j.contains('\u{9b}') && j.contains("\\u009b"), "{j}");
+}
 
 #[test]
 fn check_quotes_a_huge_unknown_key_in_part() {
