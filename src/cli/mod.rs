@@ -1,8 +1,10 @@
 //! The command line: one file per group of subcommands, each returning an exit code.
+//! Which project a command works in is decided once, by [`project_root`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::exit;
 use crate::state::{LoopPaths, State};
@@ -22,6 +24,22 @@ mod status;
 
 pub use run::report;
 
+const EXAMPLES: &str = "\
+Examples:
+  loopflow demo                                   see a loop run with a fake agent, offline
+  loopflow create --loop fix-parser --task \"Make the parser handle empty input\"
+  loopflow run --loop fix-parser --dry-run        the gate and each node's argv; runs nothing
+  loopflow schedule install --loop fix-parser     tick it from systemd, launchd or cron
+  loopflow status                                 where every loop stands
+  loopflow approve --loop fix-parser --note \"looked good\" --extend 3
+
+The project is the nearest directory at or above the current one holding .loopflow/
+(else the git top level, else the current directory), unless --project or
+LOOPFLOW_PROJECT names it.
+
+Exit codes: 0 ok (a tick that ran, skipped or halted cleanly), 1 no (can-continue, can-edit, \
+refused approve), 2 usage error, 3 invalid configuration, 4 state or I/O error, 130 interrupted.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "loopflow",
@@ -30,19 +48,13 @@ pub use run::report;
     long_about = "Runs AI coding-agent work unattended, in capped iterations (\"loops\"), with a mandatory human \
 approval at every halt. A loop's unit of work is a tick: a DAG of nodes described in a TOML pipeline.\n\n\
 Start with `loopflow demo`, then `loopflow create --loop NAME --task \"...\"` in your repository.",
-    after_help = "Exit codes: 0 ok (a tick that ran, skipped or halted cleanly), 1 no (can-continue, can-edit, refused approve), \
-2 usage error, 3 invalid configuration, 4 state or I/O error, 130 interrupted."
+    after_help = EXAMPLES
 )]
 pub struct Cli {
-    /// The project directory (holds .loopflow/).
-    #[arg(
-        long,
-        global = true,
-        default_value = ".",
-        env = "LOOPFLOW_PROJECT",
-        value_name = "DIR"
-    )]
-    pub project: PathBuf,
+    /// The project directory (holds .loopflow/); default: found upward from the current
+    /// directory.
+    #[arg(long, global = true, env = "LOOPFLOW_PROJECT", value_name = "DIR")]
+    pub project: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -110,6 +122,46 @@ pub fn use_color(stream_is_tty: bool) -> bool {
     stream_is_tty && anstyle_query::term_supports_color()
 }
 
+/// The command line as clap sees it, with what derive cannot say: `demo` builds a
+/// project of its own, so its help does not offer the global `--project` — it gets a
+/// hidden one of its own (clap propagates a global only where the id is free), which
+/// [`dispatch`] refuses.
+pub(crate) fn command() -> clap::Command {
+    Cli::command().mut_subcommand("demo", |d| {
+        d.arg(
+            clap::Arg::new("project")
+                .long("project")
+                .value_name("DIR")
+                .value_parser(clap::value_parser!(PathBuf))
+                .hide(true),
+        )
+    })
+}
+
+/// The project directory a command works in, decided in one place for every command:
+/// `--project` / `LOOPFLOW_PROJECT` when given; else the nearest directory at or above
+/// the current one that holds `.loopflow/` (as git finds `.git/` and cargo
+/// `Cargo.toml`); else the git top level (where `create` and `init` start a project);
+/// else the current directory.
+pub(crate) fn project_root(given: Option<&Path>) -> PathBuf {
+    if let Some(p) = given {
+        return p.to_path_buf();
+    }
+    let Ok(cwd) = std::env::current_dir() else {
+        return PathBuf::from(".");
+    };
+    if let Some(found) = cwd.ancestors().find(|d| d.join(".loopflow").is_dir()) {
+        return found.to_path_buf();
+    }
+    crate::git::git(&cwd, &["rev-parse", "--show-toplevel"])
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|t| PathBuf::from(t.trim_end_matches(['\n', '\r'])))
+        .filter(|t| t.is_dir())
+        .unwrap_or(cwd)
+}
+
 pub fn main() -> i32 {
     crate::out::install_pipe_net();
     let code = dispatch();
@@ -117,7 +169,10 @@ pub fn main() -> i32 {
 }
 
 fn dispatch() -> i32 {
-    let cli = match Cli::try_parse() {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|c| (c, m)));
+    let (cli, matches) = match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() {
@@ -129,7 +184,19 @@ fn dispatch() -> i32 {
             return code;
         }
     };
-    let project = cli.project.clone();
+    // Before or after `demo`, the flag is refused; LOOPFLOW_PROJECT (set inside every
+    // tick, say) is ignored: the demo never writes into a real project.
+    if let Command::Demo(_) = cli.command {
+        let given =
+            |m: &clap::ArgMatches| m.value_source("project") == Some(ValueSource::CommandLine);
+        if given(&matches) || matches.subcommand_matches("demo").is_some_and(given) {
+            eprintln!(
+                "error: demo builds a throw-away project of its own and takes no --project; pass --dir D to say where"
+            );
+            return exit::USAGE;
+        }
+    }
+    let project = project_root(cli.project.as_deref());
     if !matches!(
         cli.command,
         Command::Demo(_)

@@ -3,6 +3,7 @@
 //! upward from a subdirectory, `status` that never calls a broken loop `ok`, and text an
 //! agent wrote escaped before a terminal sees it.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -11,6 +12,14 @@ use crate::support::{LoopToml, Project, Run, loopflow, standard_agent, wait_or_k
 
 const PASS: &str = r#"{"pass": true, "score": 0.9}"#;
 const HALF: &str = r#"{"pass": false, "score": 0.5}"#;
+
+/// `loopflow ARGS` run from `cwd` with no `--project` and no LOOPFLOW_PROJECT: the
+/// project is whatever loopflow finds from there.
+fn lf_in(cwd: &Path, args: &[&str]) -> Run {
+    let mut c = loopflow(cwd);
+    c.env_remove("LOOPFLOW_PROJECT").args(args);
+    Run::of(&mut c)
+}
 
 /// Runs `c` with a stdout whose reader is already gone: every write to it fails with
 /// EPIPE (what `| head -0` does to a slower writer).
@@ -40,6 +49,36 @@ fn agent_project(verdicts: &[&str], brakes: &str) -> Project {
     let a = standard_agent(&p, verdicts);
     p.agent_loop("l", &a, brakes);
     p
+}
+
+// ---- completions and man ----------------------------------------------------------------
+
+#[test]
+fn demo_refuses_a_project_it_would_ignore() {
+    let p = Project::new();
+    let help = p.lf(&["demo", "--help"]);
+    assert_eq!(help.code, 0);
+    assert!(!help.stdout.contains("--project <"), "{}", help.stdout);
+    let target = p.join("mine");
+    std::fs::create_dir_all(&target).unwrap();
+    for args in [
+        vec!["demo", "--project", target.to_str().unwrap()],
+        vec!["--project", target.to_str().unwrap(), "demo"],
+    ] {
+        let r = Run::of(loopflow(p.path()).args(&args));
+        assert_eq!(r.code, 2, "{args:?}: {r:?}");
+        assert!(r.stderr.contains("--dir"), "{r:?}");
+    }
+    // LOOPFLOW_PROJECT (set inside every tick) does not send the demo into a project.
+    let dir = p.join("demo");
+    let r = Run::of(loopflow(p.path()).env("LOOPFLOW_PROJECT", &target).args([
+        "demo",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(dir.join(".loopflow/loops/demo/.state.loop").is_file());
+    assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
 }
 
 // ---- stdout is for data --------------------------------------------------------------------
@@ -208,6 +247,55 @@ fn log_follow_ends_when_its_reader_leaves() {
     drop(out);
     let st = wait_or_kill(&mut child, "log --follow after its reader left");
     assert!(st.code() == Some(0), "{st:?}");
+}
+
+// ---- the project is found upward -----------------------------------------------------------
+
+#[test]
+fn status_and_check_find_the_project_from_a_subdirectory() {
+    let p = Project::git();
+    let r = p.lf(&["create", "--loop", "l", "--task", "t"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let deep = p.join("src/deep/er");
+    std::fs::create_dir_all(&deep).unwrap();
+    let r = lf_in(&deep, &["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.lines().any(|l| l.starts_with("l ")), "{r:?}");
+    let r = lf_in(&deep, &["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("checked 1 file"), "{r:?}");
+    let r = lf_in(&deep, &["run", "--loop", "l", "--dry-run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("dry run of loop l"), "{r:?}");
+    // Inside the loop's own worktree (another git top level) too.
+    let r = lf_in(&p.worktree("l"), &["status", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    // --project still names it: a directory without loops is just that.
+    let other = tempfile::tempdir().unwrap();
+    let r = lf_in(
+        &deep,
+        &["--project", other.path().to_str().unwrap(), "status"],
+    );
+    assert!(r.stdout.starts_with("no loops"), "{r:?}");
+}
+
+#[test]
+fn create_in_a_fresh_repository_starts_the_project_at_its_top_level() {
+    let p = Project::git();
+    let sub = p.join("a/b");
+    std::fs::create_dir_all(&sub).unwrap();
+    let r = lf_in(
+        &sub,
+        &["create", "--loop", "l", "--task", "t", "--no-worktree"],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(p.loop_dir("l").join(".state.loop").is_file(), "{r:?}");
+    assert!(!sub.join(".loopflow").exists());
+    // Outside any repository and project: the current directory.
+    let plain = tempfile::tempdir().unwrap();
+    let r = lf_in(plain.path(), &["create", "--loop", "m", "--no-worktree"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(plain.path().join(".loopflow/loops/m/.state.loop").is_file());
 }
 
 // ---- status never calls a broken loop ok ---------------------------------------------------
