@@ -3,7 +3,7 @@
 //! upward from a subdirectory, `status` that never calls a broken loop `ok`, and text an
 //! agent wrote escaped before a terminal sees it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -696,4 +696,48 @@ fn a_tick_removes_temp_files_of_killed_writes() {
     assert!(!stale.exists(), "a leftover of a killed write stays");
     // A minute-young one may belong to a write in progress beside the tick.
     assert!(fresh.exists());
+}
+
+// ---- the demo's next steps work as printed -----------------------------------------------
+
+#[test]
+fn the_demo_prints_next_steps_that_work_as_printed() {
+    let p = Project::new();
+    // A directory name that needs quoting in a shell.
+    let dir = p.join("my demo");
+    let r = Run::of(loopflow(p.path()).args(["demo", "--dir", dir.to_str().unwrap()]));
+    assert_eq!(r.code, 0, "{r:?}");
+    let steps: Vec<&str> = r
+        .stdout
+        .lines()
+        .skip_while(|l| !l.contains("Next steps"))
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| l.starts_with("loopflow "))
+        .collect();
+    assert_eq!(steps.len(), 3, "{r:?}");
+    // `loopflow` on PATH, as README's Install section puts it there.
+    let bin_dir: PathBuf = p.join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    std::os::unix::fs::symlink(crate::support::bin(), bin_dir.join("loopflow")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for step in steps {
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg(step)
+            .current_dir(p.path())
+            .env("PATH", &path)
+            .env_remove("LOOPFLOW_PROJECT")
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "`{step}`: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }
