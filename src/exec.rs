@@ -240,11 +240,11 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
                     }
                 }
                 NodeRun::Skip(reason) => {
-                    w.status[v] = NodeStatus::Ok;
+                    w.status[v] = NodeStatus::Skip;
                     stop.get_or_insert(End::Skip(reason));
                 }
                 NodeRun::Halt { reason, detail } => {
-                    w.status[v] = NodeStatus::Ok;
+                    w.status[v] = NodeStatus::Halt;
                     stop.get_or_insert(End::Halt(reason, detail));
                 }
                 NodeRun::Committed { state, halted } => {

@@ -24,6 +24,7 @@ mod git;
 mod lifecycle;
 mod load;
 mod node;
+mod out;
 mod pipeline;
 mod preset;
 mod process;

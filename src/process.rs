@@ -291,15 +291,24 @@ fn own_children() -> Vec<i32> {
     out
 }
 
+/// The environment entries every process of one loop's ticks carries (the tick sets
+/// them), by which leftovers are found.
+pub fn loop_marks(loop_name: &str, project: &Path) -> [String; 2] {
+    [
+        format!("LOOPFLOW_LOOP={loop_name}"),
+        format!("LOOPFLOW_PROJECT={}", project.display()),
+    ]
+}
+
 /// Kills and reaps this process's children that no [`run`] is waiting for: the
-/// leftovers agents detached, reparented to loopflow as their subreaper. With `node`,
-/// only those whose environment says they came from that node (`LOOPFLOW_NODE`); with
-/// `None` (the tick is over, no node runs), every one. Their own children come to
+/// leftovers agents detached, reparented to loopflow as their subreaper. Only those whose
+/// environment carries every one of `marks` (`LOOPFLOW_LOOP=…`, `LOOPFLOW_PROJECT=…`,
+/// and for one node `LOOPFLOW_NODE=…`), so a daemon ticking several loops at once never
+/// touches another loop's processes, nor its own git. Their own children come to
 /// loopflow in turn, so this repeats until none is left. Returns how many were killed.
-pub fn reap_leftovers(node: Option<&str>) -> usize {
+pub fn reap_leftovers(marks: &[String]) -> usize {
     #[cfg(target_os = "linux")]
     {
-        let want = node.map(|n| format!("LOOPFLOW_NODE={n}").into_bytes());
         let mut killed = 0;
         for _ in 0..64 {
             // Held while listing and collecting, so a child being spawned right now is
@@ -322,7 +331,10 @@ pub fn reap_leftovers(node: Option<&str>) -> usize {
             drop(tracked);
             let mine: Vec<i32> = live
                 .into_iter()
-                .filter(|p| want.as_ref().is_none_or(|w| environ(*p).contains(w)))
+                .filter(|p| {
+                    let env = environ(*p);
+                    marks.iter().all(|m| env.contains(&m.as_bytes().to_vec()))
+                })
                 .collect();
             if mine.is_empty() {
                 break;
@@ -341,7 +353,7 @@ pub fn reap_leftovers(node: Option<&str>) -> usize {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = node;
+        let _ = marks;
         0
     }
 }
@@ -355,8 +367,7 @@ pub fn reap_leftovers(node: Option<&str>) -> usize {
 pub fn kill_loop_processes(loop_name: &str, project: &Path, only_group: Option<u32>) -> usize {
     #[cfg(target_os = "linux")]
     {
-        let want_loop = format!("LOOPFLOW_LOOP={loop_name}").into_bytes();
-        let want_project = format!("LOOPFLOW_PROJECT={}", project.display()).into_bytes();
+        let [want_loop, want_project] = loop_marks(loop_name, project).map(String::into_bytes);
         let me = std::process::id() as i32;
         let mut killed = 0;
         let mut seen = HashSet::new();

@@ -306,14 +306,36 @@ impl fmt::Display for Failure {
 pub enum NodeStatus {
     Ok,
     Failed,
+    /// Never ran: its `when` (or an upstream node's) was false.
     Skipped,
     NotRun,
+    /// It ran and ended the tick as a skip (the gate found a reason not to tick).
+    Skip,
+    /// It ran and halted the loop (the gate's brakes, a blast-radius violation).
+    Halt,
 }
 
 impl NodeStatus {
     /// Whether the node has run (successfully or not).
     pub fn settled(self) -> bool {
-        matches!(self, NodeStatus::Ok | NodeStatus::Failed)
+        matches!(
+            self,
+            NodeStatus::Ok | NodeStatus::Failed | NodeStatus::Skip | NodeStatus::Halt
+        )
+    }
+}
+
+impl fmt::Display for NodeStatus {
+    /// The same word as the JSON summary's `status`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NodeStatus::Ok => "ok",
+            NodeStatus::Failed => "failed",
+            NodeStatus::Skipped => "skipped",
+            NodeStatus::NotRun => "not_run",
+            NodeStatus::Skip => "skip",
+            NodeStatus::Halt => "halt",
+        })
     }
 }
 
@@ -364,9 +386,17 @@ mod tests {
         );
         assert_eq!(Failure::Exit(1).to_string(), "exit:1");
         assert_eq!(Failure::Idle("5m".into()).to_string(), "idle:5m");
-        assert_eq!(
-            serde_json::to_string(&NodeStatus::NotRun).expect("json"),
-            "\"not_run\""
-        );
+        for st in [
+            NodeStatus::Ok,
+            NodeStatus::Failed,
+            NodeStatus::Skipped,
+            NodeStatus::NotRun,
+            NodeStatus::Skip,
+            NodeStatus::Halt,
+        ] {
+            let json = serde_json::to_string(&st).expect("json");
+            assert_eq!(json, format!("\"{st}\""));
+        }
+        assert_eq!(NodeStatus::NotRun.to_string(), "not_run");
     }
 }

@@ -107,14 +107,25 @@ impl<'a, 's> Table<'a, 's> {
             if known.contains(&name) {
                 continue;
             }
+            // A key is user text of any size: quote at most 80 characters of it, and
+            // look for a near miss only among names of a plausible length.
+            const SHOWN: usize = 80;
+            let dotted = self.dotted(name);
+            let shown = match dotted.char_indices().nth(SHOWN) {
+                Some((i, _)) => format!("{}…", &dotted[..i]),
+                None => dotted,
+            };
             let mut d = Diagnostic::error(
                 Code::UnknownKey,
                 self.source,
                 k.span(),
-                format!("unknown key `{}`", self.dotted(name)),
+                format!("unknown key `{shown}`"),
             )
             .label("not a key loopflow knows here");
-            d = match suggest(name, known.iter().copied()) {
+            let near = (name.len() <= SHOWN)
+                .then(|| suggest(name, known.iter().copied()))
+                .flatten();
+            d = match near {
                 Some(s) => d.help(format!(
                     "did you mean `{s}`? Known keys here: {}",
                     known.join(", ")

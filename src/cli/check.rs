@@ -29,6 +29,7 @@ pub struct CheckArgs {
 pub struct GraphArgs {
     /// The pipeline file to draw.
     pub pipeline: PathBuf,
+    /// Output format: dot (Graphviz) or mermaid (renders in GitHub markdown).
     #[arg(long, value_enum, default_value = "dot")]
     pub format: GraphFormat,
 }

@@ -7,24 +7,29 @@ use clap::Args;
 
 use super::{config, open, report};
 use crate::exit;
+use crate::out::{self, outln};
 use crate::tick::RunError;
 
 #[derive(Args, Debug)]
 pub struct LoopArg {
+    /// The loop to ask about.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
 }
 
 #[derive(Args, Debug)]
 pub struct GateArgs {
+    /// The loop whose brakes to evaluate.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
+    /// Print the gate's report as one JSON document: `{"ok", "reason", "checks", …}`.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct HaltArgs {
+    /// The loop to halt.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
     /// Why; any text, stored as halt.reason.
@@ -34,6 +39,7 @@ pub struct HaltArgs {
 
 #[derive(Args, Debug)]
 pub struct ApproveArgs {
+    /// The halted loop to approve (or extend).
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
     /// A note recorded with the approval.
@@ -49,6 +55,7 @@ pub struct ApproveArgs {
 
 #[derive(Args, Debug)]
 pub struct TransitionArgs {
+    /// The loop whose task moves.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
     /// The phase to move the task to.
@@ -58,6 +65,7 @@ pub struct TransitionArgs {
 
 #[derive(Args, Debug)]
 pub struct CanEditArgs {
+    /// The loop whose blast radius to check against.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
     /// Paths to check (relative paths resolve against the current directory).
@@ -79,21 +87,21 @@ pub fn gate(project: &Path, a: GateArgs) -> i32 {
         Err(code) => return code,
     };
     if a.json {
-        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+        outln!("{}", out::json(&r, false));
     } else {
-        println!(
+        outln!(
             "gate for loop {}: {}",
             a.loop_name,
             r.reason
                 .as_deref()
-                .map_or("ok".into(), |x| format!("not ok ({x})"))
+                .map_or("ok".into(), |x| format!("not ok ({})", out::printable(x)))
         );
         for c in &r.checks {
-            println!(
+            outln!(
                 "  {} {:<14} {}",
                 if c.ok { "ok " } else { "NO " },
                 c.name,
-                c.detail
+                out::printable(&c.detail)
             );
         }
     }
@@ -106,7 +114,11 @@ pub fn can_continue(project: &Path, a: LoopArg) -> i32 {
         Err(code) => return code,
     };
     if let Some(reason) = &r.reason {
-        eprintln!("loop {} cannot continue: {reason}", a.loop_name);
+        eprintln!(
+            "loop {} cannot continue: {}",
+            a.loop_name,
+            out::printable(reason)
+        );
         exit::NO
     } else {
         exit::OK
@@ -120,7 +132,11 @@ pub fn halt(project: &Path, a: HaltArgs) -> i32 {
     };
     match crate::lifecycle::human_halt(&paths, &a.reason) {
         Ok(reason) => {
-            println!("halted loop {}: {reason}", a.loop_name);
+            outln!(
+                "halted loop {}: {}",
+                a.loop_name,
+                out::printable(&reason.to_string())
+            );
             exit::OK
         }
         Err(e) => report(&RunError::State(e)),
@@ -151,7 +167,7 @@ pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
         Err(c) => return c,
     };
     if state.halt.is_none() && a.extend.is_none() {
-        println!("loop {} is not halted; nothing to approve", a.loop_name);
+        outln!("loop {} is not halted; nothing to approve", a.loop_name);
         return exit::OK;
     }
     let by =
@@ -175,12 +191,12 @@ pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
         }
         Err(crate::lifecycle::ApproveError::State(e)) => return report(&RunError::State(e)),
     };
-    println!(
+    outln!(
         "approved loop {}{}{}",
         a.loop_name,
         approved
             .cleared
-            .map(|c| format!(" (cleared halt {c})"))
+            .map(|c| format!(" (cleared halt {})", out::printable(&c.to_string())))
             .unwrap_or_default(),
         if extend > 0 {
             format!(", +{extend} iterations")
@@ -192,7 +208,7 @@ pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
         let s = &approved.state;
         let max = cfg.effective_max_iterations(s.extra_iterations);
         if s.iteration_count >= max {
-            println!(
+            outln!(
                 "note: the loop is at its cap ({}/{max}); it will halt again on its next tick unless you pass --extend N",
                 s.iteration_count
             );
@@ -212,7 +228,12 @@ pub fn transition(project: &Path, a: TransitionArgs) -> i32 {
     }
     match crate::lifecycle::transition(&paths, &a.to) {
         Ok(from) => {
-            println!("loop {}: phase {from} → {}", a.loop_name, a.to);
+            outln!(
+                "loop {}: phase {} → {}",
+                a.loop_name,
+                out::printable(&from),
+                out::printable(&a.to)
+            );
             exit::OK
         }
         Err(e) => report(&RunError::State(e)),
@@ -240,7 +261,7 @@ pub fn can_edit(project: &Path, a: CanEditArgs) -> i32 {
     for p in &a.paths {
         if let Err(why) = radius.check(p) {
             ok = false;
-            println!("refused: {}: {why}", p.display());
+            outln!("refused: {}: {why}", p.display());
         }
     }
     if ok { exit::OK } else { exit::NO }

@@ -34,7 +34,7 @@ pub struct DaemonArgs {
     /// no limit, as when the flag is absent.
     #[arg(long, value_name = "N")]
     pub max_iterations: Option<u64>,
-    /// Print a JSON summary line per tick.
+    /// Print each tick's JSON summary on stdout, one document per line (JSON Lines).
     #[arg(long)]
     pub json: bool,
     /// How many loops may tick at the same time (never two ticks of one loop).

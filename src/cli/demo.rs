@@ -9,6 +9,7 @@ use clap::Args;
 
 use crate::create::{CreateOptions, create};
 use crate::exit;
+use crate::out::{self, outln};
 use crate::reason::{HaltReason, VerifierFailure};
 use crate::tick::{Outcome, RunOptions, run_tick};
 
@@ -17,7 +18,8 @@ pub struct DemoArgs {
     /// Where to build the demo project (default: a new temporary directory, kept so you can look around).
     #[arg(long, value_name = "D")]
     pub dir: Option<PathBuf>,
-    /// Print a JSON summary line per tick.
+    /// Print one JSON document at the end, `{"project", "ticks": [tick summaries],
+    /// "status"}`; the story goes to stderr.
     #[arg(long)]
     pub json: bool,
 }
@@ -61,7 +63,7 @@ pub fn fake_agent(a: FakeAgentArgs) -> i32 {
                 eprintln!("fake-agent: {e}");
                 return 1;
             }
-            println!("edited NOTES.md");
+            outln!("edited NOTES.md");
             0
         }
         "verify" => {
@@ -79,11 +81,11 @@ pub fn fake_agent(a: FakeAgentArgs) -> i32 {
                 "cost_usd": 0.02,
                 "tokens": 1500,
             });
-            println!("Reviewed the change in a fresh session.\n\n```json\n{v}\n```");
+            outln!("Reviewed the change in a fresh session.\n\n```json\n{v}\n```");
             0
         }
         "orchestrate" => {
-            println!("orchestrator: iteration {tick} reviewed; keep going");
+            outln!("orchestrator: iteration {tick} reviewed; keep going");
             0
         }
         other => {
@@ -93,15 +95,28 @@ pub fn fake_agent(a: FakeAgentArgs) -> i32 {
     }
 }
 
-fn print_log(path: &Path) {
-    if let Ok(text) = std::fs::read_to_string(path) {
-        for line in text.lines() {
-            println!("  {line}");
-        }
+/// A path as a shell word: as it is when it needs no quoting, else in single quotes, so
+/// the commands the demo prints work when pasted.
+fn shell_word(p: &Path) -> String {
+    let s = p.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+:,@%=".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
 
 pub fn demo(a: DemoArgs) -> i32 {
+    // The story is the output; with --json it goes to stderr and stdout carries one
+    // JSON document at the end.
+    let say = |line: String| {
+        if a.json {
+            eprintln!("{line}");
+        } else {
+            outln!("{line}");
+        }
+    };
     let dir = match &a.dir {
         Some(d) => d.clone(),
         None => match tempfile::Builder::new().prefix("loopflow-demo-").tempdir() {
@@ -123,8 +138,8 @@ pub fn demo(a: DemoArgs) -> i32 {
             return exit::STATE;
         }
     };
-    println!("loopflow demo: a real loop, a fake agent, no network\n");
-    println!("project: {}", dir.display());
+    say("loopflow demo: a real loop, a fake agent, no network\n".into());
+    say(format!("project: {}", dir.display()));
     let o = CreateOptions {
         name: "demo",
         template: "default",
@@ -160,51 +175,55 @@ pub fn demo(a: DemoArgs) -> i32 {
             t.replace("# context_tokens = 32000", "context_tokens = 32000"),
         );
     }
-    println!(
+    say(
         "loop:    demo (task: \"Make the parser handle empty input\", max 10 iterations, plateau window 3)"
+            .into(),
     );
-    println!("agent:   {exe} fake-agent --role {{{{role}}}} --prompt {{{{prompt}}}}\n");
+    say(format!(
+        "agent:   {exe} fake-agent --role {{{{role}}}} --prompt {{{{prompt}}}}\n"
+    ));
     let cancel = AtomicBool::new(false);
     let opts = RunOptions::default();
+    let mut ticks = Vec::new();
     for _ in 0..20 {
         match run_tick(&dir, "demo", &opts, &cancel) {
             Ok(s) => {
-                println!("  {}", s.human());
-                if a.json {
-                    println!("{}", serde_json::to_string(&s).unwrap_or_default());
-                }
-                if matches!(s.outcome, Outcome::Halt | Outcome::Abort)
-                    || s.reason.as_deref().is_some_and(|r| r.starts_with("halted"))
-                {
+                say(format!("  {}", s.human()));
+                let end = matches!(s.outcome, Outcome::Halt | Outcome::Abort)
+                    || s.reason.as_deref().is_some_and(|r| r.starts_with("halted"));
+                ticks.push(s);
+                if end {
                     break;
                 }
             }
             Err(e) => return super::report(&e),
         }
     }
-    println!("\n.state.log:");
-    print_log(&paths.log);
-    println!("\nstatus:");
-    let rows: Vec<serde_json::Value> = match super::status::status_row(&dir, "demo").ok() {
-        Some(r) => vec![r],
-        None => Vec::new(),
-    };
-    for line in super::status::status_table(&rows).lines() {
-        println!("  {line}");
+    say("\n.state.log:".into());
+    if let Ok(text) = std::fs::read_to_string(&paths.log) {
+        for line in text.lines() {
+            say(format!("  {}", out::printable(line)));
+        }
+    }
+    say("\nstatus:".into());
+    let row = super::status::status_row(&dir, "demo").ok();
+    for line in super::status::status_table(row.as_slice()).lines() {
+        say(format!("  {line}"));
     }
     if let Ok(state) = paths.load() {
         let notes = std::fs::read_to_string(dir.join("NOTES.md")).unwrap_or_default();
-        println!(
+        say(format!(
             "\nwhat happened: the fake agent edited NOTES.md ({} lines, one per iteration); the verifier",
             notes
                 .lines()
                 .filter(|l| l.starts_with("- iteration"))
                 .count()
-        );
-        println!(
+        ));
+        say(
             "graded each iteration, and its reasons and next_hint were rendered into the next"
+                .into(),
         );
-        println!("implement prompt (see outputs/<N>-implement.prompt.md in the loop directory).");
+        say("implement prompt (see outputs/<N>-implement.prompt.md in the loop directory).".into());
         if let Some(h) = &state.halt {
             let why = match h.reason {
                 HaltReason::VerifierFailed(VerifierFailure::ScorePlateau) => {
@@ -215,18 +234,19 @@ pub fn demo(a: DemoArgs) -> i32 {
                 HaltReason::IterationsExhausted => "it used all of brakes.max_iterations",
                 _ => "one of its brakes tripped",
             };
-            println!("why it stopped: {why}.");
+            say(format!("why it stopped: {why}."));
         }
     }
-    println!("\nThe loop halted on its own brakes and waits for a human. Next steps:");
-    println!("  loopflow --project {} status", dir.display());
-    println!(
-        "  loopflow --project {} approve --loop demo --note \"looked good\" --extend 3",
-        dir.display()
-    );
-    println!(
-        "  loopflow --project {} run --loop demo --json",
-        dir.display()
-    );
+    let d = shell_word(&dir);
+    say("\nThe loop halted on its own brakes and waits for a human. Next steps:".into());
+    say(format!("  loopflow --project {d} status"));
+    say(format!(
+        "  loopflow --project {d} approve --loop demo --note \"looked good\" --extend 3"
+    ));
+    say(format!("  loopflow --project {d} run --loop demo --json"));
+    if a.json {
+        let doc = serde_json::json!({"project": dir, "ticks": ticks, "status": row});
+        outln!("{}", out::json(&doc, true));
+    }
     exit::OK
 }

@@ -3,13 +3,14 @@
 //! flag, so scripts and CI never block. Refuses a repository with no git remote (D11): a
 //! loop commits unattended, and without a remote there is nothing to recover from.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::path::Path;
 
 use clap::Args;
 
 use crate::create::{CreateError, CreateOptions, TEMPLATES, template, template_list};
 use crate::exit;
+use crate::out::{self, outln};
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
@@ -62,8 +63,7 @@ fn ask(interactive: bool, question: &str, default: &str) -> String {
     if !interactive {
         return default.to_string();
     }
-    print!("{question} [{default}]: ");
-    let _ = std::io::stdout().flush();
+    out::write(format!("{question} [{default}]: ").as_bytes());
     let mut line = String::new();
     if std::io::stdin().lock().read_line(&mut line).is_err() {
         return default.to_string();
@@ -138,7 +138,7 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
         Some(t) => t.clone(),
         None => {
             if interactive {
-                println!("templates:\n{}", template_list().trim_end());
+                outln!("templates:\n{}", template_list().trim_end());
             }
             ask(interactive, "template", "default")
         }
@@ -171,7 +171,7 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
     }
     match gitignore(project) {
         Ok(0) => {}
-        Ok(n) => println!("added {n} loopflow lines to .gitignore"),
+        Ok(n) => outln!("added {n} loopflow lines to .gitignore"),
         Err(e) => {
             eprintln!("error: {}: {e}", project.join(".gitignore").display());
             return exit::STATE;
@@ -179,7 +179,7 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
     }
     let existed = crate::state::LoopPaths::new(project, &name).dir.exists();
     if existed {
-        println!("loop `{name}` already exists; left as it is");
+        outln!("loop `{name}` already exists; left as it is");
     } else {
         let o = CreateOptions {
             name: &name,
@@ -189,7 +189,7 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
             harness: None,
         };
         match crate::create::create(project, &o) {
-            Ok(paths) => println!(
+            Ok(paths) => outln!(
                 "created loop `{name}` from template `{}` in {}",
                 t.name,
                 paths.dir.display()
@@ -205,15 +205,15 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
         }
     }
     if !remote {
-        println!("warning: no git remote: nothing to recover from if a tick goes wrong");
+        outln!("warning: no git remote: nothing to recover from if a tick goes wrong");
     }
-    println!();
+    outln!();
     // Plain substitution, not handlebars: the text shows `{{prompt}}` and friends literally.
-    print!(
-        "{}",
+    out::write(
         include_str!("../../prompts/onboarding.md")
             .replace("{{template}}", t.name)
             .replace("{{loop}}", &name)
+            .as_bytes(),
     );
     exit::OK
 }

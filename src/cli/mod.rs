@@ -1,8 +1,10 @@
 //! The command line: one file per group of subcommands, each returning an exit code.
+//! Which project a command works in is decided once, by [`project_root`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::exit;
 use crate::state::{LoopPaths, State};
@@ -13,6 +15,7 @@ mod control;
 mod create;
 mod daemon;
 mod demo;
+mod docs;
 mod drift;
 mod init;
 mod report;
@@ -22,6 +25,22 @@ mod status;
 
 pub use run::report;
 
+const EXAMPLES: &str = "\
+Examples:
+  loopflow demo                                   see a loop run with a fake agent, offline
+  loopflow create --loop fix-parser --task \"Make the parser handle empty input\"
+  loopflow run --loop fix-parser --dry-run        the gate and each node's argv; runs nothing
+  loopflow schedule install --loop fix-parser     tick it from systemd, launchd or cron
+  loopflow status                                 where every loop stands
+  loopflow approve --loop fix-parser --note \"looked good\" --extend 3
+
+The project is the nearest directory at or above the current one holding .loopflow/
+(else the git top level, else the current directory), unless --project or
+LOOPFLOW_PROJECT names it.
+
+Exit codes: 0 ok (a tick that ran, skipped or halted cleanly), 1 no (can-continue, can-edit, \
+refused approve), 2 usage error, 3 invalid configuration, 4 state or I/O error, 130 interrupted.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "loopflow",
@@ -30,19 +49,13 @@ pub use run::report;
     long_about = "Runs AI coding-agent work unattended, in capped iterations (\"loops\"), with a mandatory human \
 approval at every halt. A loop's unit of work is a tick: a DAG of nodes described in a TOML pipeline.\n\n\
 Start with `loopflow demo`, then `loopflow create --loop NAME --task \"...\"` in your repository.",
-    after_help = "Exit codes: 0 ok (a tick that ran, skipped or halted cleanly), 1 no (can-continue, can-edit, refused approve), \
-2 usage error, 3 invalid configuration, 4 state or I/O error, 130 interrupted."
+    after_help = EXAMPLES
 )]
 pub struct Cli {
-    /// The project directory (holds .loopflow/).
-    #[arg(
-        long,
-        global = true,
-        default_value = ".",
-        env = "LOOPFLOW_PROJECT",
-        value_name = "DIR"
-    )]
-    pub project: PathBuf,
+    /// The project directory (holds .loopflow/); default: found upward from the current
+    /// directory.
+    #[arg(long, global = true, env = "LOOPFLOW_PROJECT", value_name = "DIR")]
+    pub project: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -50,45 +63,140 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run one tick of a loop (what a scheduler fires).
+    #[command(after_help = "\
+Examples:
+  loopflow run --loop fix-parser                  one tick, as a scheduler fires it
+  loopflow run --loop fix-parser --dry-run        the gate and each node's argv; nothing runs
+  loopflow run --loop fix-parser --json | jq .outcome
+  loopflow run pipelines/review.toml --loop fix-parser --parallel
+
+Exit codes: 0 when the tick ran, skipped or halted cleanly (a scheduler keeps firing),
+2 usage error, 3 invalid configuration, 4 state or I/O error, 130 interrupted.")]
     Run(run::RunArgs),
     /// Run ticks on an interval until stopped (opt-in fallback to a native scheduler).
+    #[command(after_help = "\
+Examples:
+  loopflow daemon --loop fix-parser --interval 600
+  loopflow daemon --all --max-concurrent 2        every loop, each on its own interval")]
     Daemon(daemon::DaemonArgs),
     /// Lint pipeline and loop files; exits 3 when any error is found.
+    #[command(after_help = "\
+Examples:
+  loopflow check                                  the project's pipelines and loop.toml files
+  loopflow check pipelines/tick.toml --deny-warnings
+  loopflow check --format github                  annotations for a GitHub Actions step
+  loopflow check --format sarif > loopflow.sarif  for GitHub code scanning")]
     Check(check::CheckArgs),
     /// Draw a pipeline's DAG.
+    #[command(after_help = "\
+Examples:
+  loopflow graph pipelines/tick.toml | dot -Tsvg > tick.svg
+  loopflow graph pipelines/tick.toml --format mermaid")]
     Graph(check::GraphArgs),
     /// Create a loop from a template.
+    #[command(after_help = "\
+Examples:
+  loopflow create --loop fix-parser --task \"Make the parser handle empty input\"
+  loopflow create --loop triage --template ci-triage
+  loopflow create --loop notes --task \"Tidy the docs\" --no-worktree
+
+An unknown --template lists the built-in ones with what each does.")]
     Create(create::CreateArgs),
     /// Show loops: iteration, halt, task, phase, last score, spend.
+    #[command(after_help = "\
+Examples:
+  loopflow status
+  loopflow status --loop fix-parser --json | jq '.loops[0].halt'
+
+Exit codes: 0, also when a loop's loop.toml is invalid (shown as INVALID CONFIG);
+4 when a loop's state cannot be read (the other loops are still listed).")]
     Status(status::StatusArgs),
     /// Print a loop's event log.
+    #[command(after_help = "\
+Examples:
+  loopflow log --loop fix-parser
+  loopflow log --loop fix-parser --follow
+  loopflow log --loop fix-parser --json | jq -c 'select(.event == \"HALT\")'
+
+With --json each line is one event: {\"at\", \"event\", \"args\": {KEY: VALUE}, \"words\": [..]}
+(values are strings, quoted values unescaped); a line that is not an event has
+\"at\" and \"event\" null and the text in \"unparsed\".")]
     Log(status::LogArgs),
     /// Evaluate a loop's brakes.
+    #[command(after_help = "\
+Examples:
+  loopflow gate --loop fix-parser
+  loopflow gate --loop fix-parser --json")]
     Gate(control::GateArgs),
     /// Exit 0 when the loop may tick, 1 when not.
+    #[command(after_help = "\
+Examples:
+  loopflow can-continue --loop fix-parser && echo \"it may tick\"")]
     CanContinue(control::LoopArg),
     /// Halt a loop with a reason; only `approve` clears it.
+    #[command(after_help = "\
+Examples:
+  loopflow halt --loop fix-parser --reason \"waiting for the API freeze\"")]
     Halt(control::HaltArgs),
     /// Clear a loop's halt (a human's decision, recorded).
+    #[command(after_help = "\
+Examples:
+  loopflow approve --loop fix-parser --note \"looked good\"
+  loopflow approve --loop fix-parser --extend 5   five more iterations past the cap")]
     Approve(control::ApproveArgs),
     /// Move the loop's task to another phase.
+    #[command(after_help = "\
+Examples:
+  loopflow transition --loop fix-parser --to review")]
     Transition(control::TransitionArgs),
     /// Exit 0 when every path is inside the loop's blast radius, 1 otherwise.
+    #[command(after_help = "\
+Examples:
+  loopflow can-edit --loop fix-parser src/parser.rs tests/parser.rs")]
     CanEdit(control::CanEditArgs),
     /// Print the JSON Schema of a file format.
+    #[command(after_help = "\
+Examples:
+  loopflow schema pipeline > pipeline.schema.json")]
     Schema(check::SchemaArgs),
     /// Install, remove or print a loop's native schedule (systemd, launchd, cron, …).
+    #[command(after_help = "\
+Examples:
+  loopflow schedule install --loop fix-parser
+  loopflow schedule print --loop fix-parser --platform cron
+  loopflow schedule uninstall --loop fix-parser")]
     Schedule(schedule::ScheduleArgs),
     /// Manage loop worktrees (`gc` prunes stale ones).
     Worktree(schedule::WorktreeArgs),
     /// Run a real loop with a built-in fake agent in a throw-away project.
+    #[command(after_help = "\
+Examples:
+  loopflow demo
+  loopflow demo --dir /tmp/loopflow-demo
+
+demo builds a project of its own: it takes no --project (and ignores LOOPFLOW_PROJECT);
+--dir says where.")]
     Demo(demo::DemoArgs),
     /// Set a project up: .loopflow/, a first loop from a template, .gitignore lines.
+    #[command(after_help = "\
+Examples:
+  loopflow init                                   asks on a terminal
+  loopflow init --template default --loop fix-parser --task \"...\" --yes")]
     Init(init::InitArgs),
     /// List docs whose last-read-sha is older than the code they describe (JSON lines).
     Drift(drift::DriftArgs),
     /// Write an HTML page with every loop's state, spend, last verdict and recent log.
     Report(report::ReportArgs),
+    /// Print a shell completion script on stdout.
+    #[command(after_help = docs::COMPLETIONS_HELP)]
+    Completions(docs::CompletionsArgs),
+    /// Print the man page (roff) on stdout.
+    #[command(after_help = "\
+Examples:
+  loopflow man | man -l -
+  loopflow man run | man -l -                     the page of one command
+  loopflow man > ~/.local/share/man/man1/loopflow.1")]
+    Man(docs::ManArgs),
     /// The demo's fake agent (used by `demo`; also handy in tests).
     #[command(hide = true)]
     FakeAgent(demo::FakeAgentArgs),
@@ -110,8 +218,57 @@ pub fn use_color(stream_is_tty: bool) -> bool {
     stream_is_tty && anstyle_query::term_supports_color()
 }
 
+/// The command line as clap sees it, with what derive cannot say: `demo` builds a
+/// project of its own, so its help does not offer the global `--project` — it gets a
+/// hidden one of its own (clap propagates a global only where the id is free), which
+/// [`dispatch`] refuses.
+pub(crate) fn command() -> clap::Command {
+    Cli::command().mut_subcommand("demo", |d| {
+        d.arg(
+            clap::Arg::new("project")
+                .long("project")
+                .value_name("DIR")
+                .value_parser(clap::value_parser!(PathBuf))
+                .hide(true),
+        )
+    })
+}
+
+/// The project directory a command works in, decided in one place for every command:
+/// `--project` / `LOOPFLOW_PROJECT` when given; else the nearest directory at or above
+/// the current one that holds `.loopflow/` (as git finds `.git/` and cargo
+/// `Cargo.toml`); else the git top level (where `create` and `init` start a project);
+/// else the current directory.
+pub(crate) fn project_root(given: Option<&Path>) -> PathBuf {
+    if let Some(p) = given {
+        return p.to_path_buf();
+    }
+    let Ok(cwd) = std::env::current_dir() else {
+        return PathBuf::from(".");
+    };
+    if let Some(found) = cwd.ancestors().find(|d| d.join(".loopflow").is_dir()) {
+        return found.to_path_buf();
+    }
+    crate::git::git(&cwd, &["rev-parse", "--show-toplevel"])
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|t| PathBuf::from(t.trim_end_matches(['\n', '\r'])))
+        .filter(|t| t.is_dir())
+        .unwrap_or(cwd)
+}
+
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    crate::out::install_pipe_net();
+    let code = dispatch();
+    crate::out::finish(code)
+}
+
+fn dispatch() -> i32 {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|c| (c, m)));
+    let (cli, matches) = match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() {
@@ -123,7 +280,19 @@ pub fn main() -> i32 {
             return code;
         }
     };
-    let project = cli.project.clone();
+    // Before or after `demo`, the flag is refused; LOOPFLOW_PROJECT (set inside every
+    // tick, say) is ignored: the demo never writes into a real project.
+    if let Command::Demo(_) = cli.command {
+        let given =
+            |m: &clap::ArgMatches| m.value_source("project") == Some(ValueSource::CommandLine);
+        if given(&matches) || matches.subcommand_matches("demo").is_some_and(given) {
+            eprintln!(
+                "error: demo builds a throw-away project of its own and takes no --project; pass --dir D to say where"
+            );
+            return exit::USAGE;
+        }
+    }
+    let project = project_root(cli.project.as_deref());
     if !matches!(
         cli.command,
         Command::Demo(_)
@@ -132,6 +301,8 @@ pub fn main() -> i32 {
             | Command::Graph(_)
             | Command::Schema(_)
             | Command::Drift(_)
+            | Command::Completions(_)
+            | Command::Man(_)
     ) && !project.is_dir()
     {
         eprintln!(
@@ -162,6 +333,8 @@ pub fn main() -> i32 {
         Command::Init(a) => init::init(&project, a),
         Command::Drift(a) => drift::drift(a),
         Command::Report(a) => report::report(&project, a),
+        Command::Completions(a) => docs::completions(a),
+        Command::Man(a) => docs::man(a),
     }
 }
 
@@ -192,4 +365,54 @@ pub(crate) fn config(
 ) -> Result<crate::config::LoopConfig, i32> {
     let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
     crate::load::config(paths, &base).map_err(|e| report(&e.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every subcommand has an about, every argument (flag or positional) a help text,
+    /// and every subcommand that takes `--loop` says what it names.
+    #[test]
+    fn every_command_and_argument_is_documented() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            if cmd.get_about().is_none() && !path.is_empty() {
+                missing.push(format!("{path}: no about"));
+            }
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.is_hide_set() || matches!(id, "help" | "version") {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}: no help"));
+                }
+            }
+            for s in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                walk(s, &format!("{path} {}", s.get_name()), missing);
+            }
+        }
+        let mut cmd = command();
+        cmd.build();
+        let mut missing = Vec::new();
+        walk(&cmd, "", &mut missing);
+        assert!(missing.is_empty(), "undocumented:\n{}", missing.join("\n"));
+    }
+
+    #[test]
+    fn the_main_commands_show_examples() {
+        let mut cmd = command();
+        cmd.build();
+        let help = |c: &clap::Command| c.clone().render_long_help().to_string();
+        assert!(help(&cmd).contains("Examples:"));
+        for name in ["run", "check", "create", "status", "log", "approve", "demo"] {
+            let sub = cmd.find_subcommand(name).expect(name);
+            assert!(help(sub).contains("Examples:"), "{name}");
+        }
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        command().debug_assert();
+    }
 }

@@ -8,6 +8,7 @@ use clap::Args;
 
 use crate::diag::{Format, render};
 use crate::exit;
+use crate::out::outln;
 use crate::reason::SkipReason;
 use crate::tick::{RunError, RunOptions, Summary, run_tick};
 
@@ -18,7 +19,8 @@ pub struct RunArgs {
     /// The loop to tick.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
-    /// Print a JSON tick summary as the last stdout line.
+    /// Print the tick summary as one JSON document on stdout (human lines go to stderr):
+    /// `{"loop", "outcome", "reason", "iteration", "pass", "score", "nodes"}`.
     #[arg(long)]
     pub json: bool,
     /// Evaluate the gate and print each node's rendered argv; spawn and write nothing.
@@ -61,31 +63,43 @@ pub fn report(e: &RunError) -> i32 {
     }
 }
 
+/// Prints how the tick went. Without `--json` the human lines are the command's output
+/// (stdout); with it stdout carries exactly one JSON document and the human lines go to
+/// stderr, so `run --json | jq` always parses.
 fn print_summary(s: &Summary, json: bool) {
+    // Task titles and reasons can come from an agent: escaped for the terminal.
+    let human = |line: String| {
+        let line = crate::out::printable_text(&line);
+        if json {
+            eprintln!("{line}");
+        } else {
+            outln!("{line}");
+        }
+    };
     if let Some(d) = &s.dry_run {
-        println!(
+        human(format!(
             "dry run of loop {} (tick {}); nothing is spawned or written",
             s.loop_name, d.tick
-        );
-        println!(
+        ));
+        human(format!(
             "gate: {}",
             match &d.gate {
                 None => "ok".to_string(),
                 Some(r) => format!("not ok ({r}); a real run would end here"),
             }
-        );
+        ));
         for (id, kind, when, what) in &d.nodes {
             let when = when
                 .as_ref()
                 .map(|w| format!(" when {w}"))
                 .unwrap_or_default();
             let sep = if what.is_empty() { "" } else { ": " };
-            println!("  {id} ({kind}){when}{sep}{what}");
+            human(format!("  {id} ({kind}){when}{sep}{what}"));
         }
     }
-    println!("{}", s.human());
+    human(s.human());
     if json {
-        println!("{}", serde_json::to_string(s).unwrap_or_default());
+        outln!("{}", crate::out::json(s, false));
     }
 }
 

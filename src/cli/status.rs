@@ -8,33 +8,63 @@ use serde_json::json;
 
 use super::open;
 use crate::config::LoopConfig;
-use crate::diag::Diagnostics;
 use crate::exit;
+use crate::load::LoadError;
+use crate::out::{self, outln, printable};
+use crate::state::{Event, LoopPaths};
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
+    /// Only this loop (default: every loop of the project).
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: Option<String>,
+    /// Print one JSON document, `{"loops": [...], "errors": [...]}`, instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct LogArgs {
+    /// The loop whose `.state.log` to print.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
     /// Keep printing new lines as they are appended.
     #[arg(long, short)]
     pub follow: bool,
+    /// One JSON object per event line (JSON Lines): `{"at", "event", "args", "words"}`.
+    #[arg(long)]
+    pub json: bool,
 }
 
-pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value, i32> {
-    let (paths, s) = open(project, name)?;
-    let cfg = {
-        let mut d = Diagnostics::default();
-        LoopConfig::read(&paths.config(), project, &mut d)
-            .ok()
-            .flatten()
+/// Why a loop of the listing has no row.
+pub(super) enum NoRow {
+    /// A directory without `.state.loop` yet: not a loop to list.
+    Untracked,
+    /// The state cannot be read (the message says which file and why).
+    Unreadable(String),
+}
+
+/// One loop's row of `status` (DESIGN §10 keys, and what the table needs besides).
+pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value, NoRow> {
+    let paths = LoopPaths::new(project, name);
+    if !paths.state.exists() {
+        return Err(NoRow::Untracked);
+    }
+    let s = paths.load().map_err(|e| NoRow::Unreadable(e.to_string()))?;
+    // Paths in the problem read from where the user stands, as `check` prints them.
+    let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
+    let (cfg, config_error) = match crate::load::config(&paths, &base) {
+        Ok(c) => (Some(c), None),
+        Err(LoadError::Config(d)) => (
+            None,
+            d.items.iter().find(|d| d.is_error()).map(|d| {
+                let (line, col) = d.start();
+                format!("{}:{line}:{col}: {}", d.source.name, d.message)
+            }),
+        ),
+        Err(LoadError::Io { path, source }) => {
+            (None, Some(format!("{}: {source}", path.display())))
+        }
     };
     let max = cfg
         .as_ref()
@@ -46,14 +76,19 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
             "seconds": c.brakes.max_seconds,
         })
     });
-    // D12: verification by the same model as the implementation is weaker; say so.
+    // D12: verification by the same model as the implementation is weaker; say so. With
+    // a model missing on either side nothing is known: null, not a reassuring `true`.
     let model = |c: &LoopConfig, r: &str| c.roles.get(r).and_then(|r| r.model.clone());
-    let same_model = cfg
+    let models = cfg
         .as_ref()
-        .and_then(|c| match (model(c, "implement"), model(c, "verify")) {
-            (Some(a), Some(b)) if a == b => Some(a),
-            _ => None,
-        });
+        .and_then(|c| Some((model(c, "implement")?, model(c, "verify")?)));
+    let model_diverse = models.as_ref().map(|(a, b)| a != b);
+    let same_model = models.filter(|(a, b)| a == b).map(|(a, _)| a);
+    // An aborting loop (ticks failing in a row, not yet halted) is not `ok`.
+    let last_abort = (s.consecutive_aborts > 0)
+        .then(|| crate::state::log::last_event(&paths.log, Event::Abort))
+        .flatten()
+        .map(|e| json!({"at": e.at, "node": e.args.get("node"), "reason": e.args.get("reason")}));
     let task_source = s.task_source.clone();
     Ok(json!({
         "name": s.name,
@@ -68,7 +103,10 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
         "spent": s.spent,
         "limits": limits,
         "goal_score": cfg.as_ref().map(|c| c.brakes.goal_score),
-        "model_diverse": same_model.is_none(),
+        "model_diverse": model_diverse,
+        "config_error": config_error,
+        "consecutive_aborts": s.consecutive_aborts,
+        "last_abort": last_abort,
         "notes": same_model.map(|m| vec![format!(
             "implement and verify both use model `{m}`: verification is not model-diverse"
         )]).unwrap_or_default(),
@@ -78,42 +116,77 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
 
 pub fn status(project: &Path, a: StatusArgs) -> i32 {
     let names = match &a.loop_name {
-        Some(n) => vec![n.clone()],
+        Some(n) => {
+            // One named loop: a missing or unreadable one is an error of this command.
+            if let Err(code) = open(project, n) {
+                return code;
+            }
+            vec![n.clone()]
+        }
         None => crate::state::list_loops(project),
     };
     let mut rows = Vec::new();
+    let mut errors = Vec::new();
     for n in &names {
         match status_row(project, n) {
             Ok(r) => rows.push(r),
-            Err(code) if a.loop_name.is_some() => return code,
-            Err(_) => {}
+            Err(NoRow::Untracked) => {}
+            Err(NoRow::Unreadable(e)) => {
+                eprintln!("error: {e}");
+                errors.push(json!({"name": n, "error": e}));
+            }
         }
     }
+    let code = if errors.is_empty() {
+        exit::OK
+    } else {
+        exit::STATE
+    };
     if a.json {
-        println!(
+        outln!(
             "{}",
-            serde_json::to_string_pretty(&json!({ "loops": rows })).unwrap_or_default()
+            out::json(&json!({ "loops": rows, "errors": errors }), true)
         );
-        return exit::OK;
+        return code;
     }
-    if rows.is_empty() {
-        println!(
+    if rows.is_empty() && errors.is_empty() {
+        outln!(
             "no loops in {} (create one with `loopflow create --loop NAME`)",
             project.display()
         );
-        return exit::OK;
+        return code;
     }
-    print!("{}", status_table(&rows));
+    let table_rows: Vec<serde_json::Value> = rows
+        .iter()
+        .cloned()
+        .chain(
+            errors
+                .iter()
+                .map(|e| json!({"name": e["name"], "state_error": e["error"]})),
+        )
+        .collect();
+    out::write(status_table(&table_rows).as_bytes());
     for r in &rows {
-        for n in r["notes"].as_array().into_iter().flatten() {
-            println!(
-                "note: {}: {}",
-                r["name"].as_str().unwrap_or("?"),
-                n.as_str().unwrap_or("")
+        let name = printable(r["name"].as_str().unwrap_or("?")).into_owned();
+        if let Some(e) = r["config_error"].as_str() {
+            outln!(
+                "note: {name}: invalid loop.toml: {} (`loopflow check` lists every problem)",
+                printable(&cap(e, 200))
             );
         }
+        for n in r["notes"].as_array().into_iter().flatten() {
+            outln!("note: {name}: {}", printable(n.as_str().unwrap_or("")));
+        }
     }
-    exit::OK
+    code
+}
+
+/// `s` cut to `max` characters, with `…` when cut.
+fn cap(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
 }
 
 /// The aligned table `status` prints.
@@ -130,7 +203,14 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
     ];
     let mut table: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for r in rows {
-        let s = |k: &str| printable(r.get(k).and_then(|v| v.as_str()).unwrap_or("-"));
+        let s = |k: &str| printable(r.get(k).and_then(|v| v.as_str()).unwrap_or("-")).into_owned();
+        if r.get("state_error").is_some() {
+            let mut row = vec!["-".to_string(); head.len()];
+            row[0] = s("name");
+            row[2] = "UNREADABLE STATE (see the error above)".into();
+            table.push(row);
+            continue;
+        }
         let iter = format!(
             "{}/{}",
             r["iteration_count"],
@@ -138,14 +218,7 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
                 .as_u64()
                 .map_or("?".into(), |m| m.to_string())
         );
-        let state = if r["running"].as_bool() == Some(true) {
-            "running".to_string()
-        } else {
-            match r["halt"]["reason"].as_str() {
-                Some(h) => format!("HALTED {}", printable(h)),
-                None => "ok".into(),
-            }
-        };
+        let state = state_cell(r);
         let score = r["last_score"]
             .as_f64()
             .map_or("-".into(), |x| format!("{x:.2}"));
@@ -199,33 +272,83 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
     out
 }
 
-/// Text from the state (a halt reason, a task title) made safe for a terminal: control
-/// characters (ESC and the rest) are shown escaped, so an agent cannot repaint what a
-/// human reads before approving.
-fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+/// The STATE cell: what a human must look at first.
+fn state_cell(r: &serde_json::Value) -> String {
+    if r["running"].as_bool() == Some(true) {
+        return "running".into();
+    }
+    if let Some(h) = r["halt"]["reason"].as_str() {
+        return format!("HALTED {}", printable(h));
+    }
+    if r["config_error"].is_string() {
+        return "INVALID CONFIG".into();
+    }
+    match r["consecutive_aborts"].as_u64() {
+        Some(n) if n > 0 => {
+            let why = match (
+                r["last_abort"]["node"].as_str(),
+                r["last_abort"]["reason"].as_str(),
+            ) {
+                (Some(node), Some(reason)) => {
+                    format!(": {} {}", printable(node), printable(reason))
+                }
+                _ => String::new(),
+            };
+            format!("ABORTING ({n} in a row{why})")
+        }
+        _ => "ok".into(),
+    }
 }
 
-/// Log bytes made safe for a terminal: line breaks and tabs pass, other control bytes are
-/// shown as `\xNN` (an agent can append to the log file directly).
-fn printable_bytes(buf: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(buf.len());
-    for &b in buf {
-        if (b < 0x20 && b != b'\n' && b != b'\t') || b == 0x7f {
-            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
-        } else {
-            out.push(b);
+/// The longest log line `log --json` reads whole; the rest of a longer one is dropped
+/// (bounded memory whatever an agent appended).
+const MAX_LINE: usize = 1 << 20;
+
+/// Log bytes turned into JSON Lines, one object per complete line; an incomplete last
+/// line waits for its end (`--follow`) or for [`JsonLines::finish`].
+#[derive(Default)]
+struct JsonLines {
+    partial: Vec<u8>,
+    /// The current line passed [`MAX_LINE`]: drop bytes until its newline.
+    overlong: bool,
+}
+
+impl JsonLines {
+    fn push(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) {
+        while let Some(i) = chunk.iter().position(|&b| b == b'\n') {
+            self.take(&chunk[..i]);
+            self.emit(out);
+            chunk = &chunk[i + 1..];
+        }
+        self.take(chunk);
+    }
+
+    fn take(&mut self, bytes: &[u8]) {
+        let room = MAX_LINE.saturating_sub(self.partial.len());
+        if bytes.len() > room {
+            self.overlong = true;
+        }
+        self.partial
+            .extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>) {
+        let text = String::from_utf8_lossy(&self.partial);
+        let v = match crate::state::log::parse_line(&text) {
+            Some(e) if !self.overlong => json!(e),
+            _ => json!({"at": null, "event": null, "args": {}, "words": [], "unparsed": text}),
+        };
+        out.extend_from_slice(out::json(&v, false).as_bytes());
+        out.push(b'\n');
+        self.partial.clear();
+        self.overlong = false;
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if !self.partial.is_empty() || self.overlong {
+            self.emit(out);
         }
     }
-    out
 }
 
 pub fn log(project: &Path, a: LogArgs) -> i32 {
@@ -233,28 +356,45 @@ pub fn log(project: &Path, a: LogArgs) -> i32 {
         Ok(x) => x,
         Err(c) => return c,
     };
-    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::io::{Read, Seek, SeekFrom};
     let mut pos = 0u64;
+    let mut text = out::ByteEscaper::default();
+    let mut json = JsonLines::default();
+    let mut convert = |chunk: &[u8], end: bool| {
+        let mut o = Vec::with_capacity(chunk.len() + 64);
+        if a.json {
+            json.push(chunk, &mut o);
+            if end {
+                json.finish(&mut o);
+            }
+        } else {
+            text.push(chunk, &mut o);
+            if end {
+                text.finish(&mut o);
+            }
+        }
+        o
+    };
     loop {
         if let Ok(mut f) = std::fs::File::open(&paths.log) {
             let _ = f.seek(SeekFrom::Start(pos));
             // In chunks: a log of any size streams in bounded memory.
             let mut buf = vec![0u8; 64 * 1024];
-            let mut out = std::io::stdout().lock();
             while let Ok(n) = f.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
                 pos += n as u64;
-                if out.write_all(&printable_bytes(&buf[..n])).is_err() {
-                    return exit::OK; // stdout closed (e.g. `| head`)
+                if !out::write(&convert(&buf[..n], false)) {
+                    return exit::OK; // stdout closed (`| head`): stop quietly
                 }
-            }
-            if out.flush().is_err() {
-                return exit::OK;
             }
         }
         if !a.follow {
+            out::write(&convert(&[], true));
+            return exit::OK;
+        }
+        if out::closed() {
             return exit::OK;
         }
         std::thread::sleep(std::time::Duration::from_millis(250));

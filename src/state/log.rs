@@ -163,6 +163,97 @@ pub fn halt_since(path: &Path, start: u64) -> Option<String> {
         .next_back()
 }
 
+/// One event line, read back: `<at> <EVENT> <words…> <key=value…>` with quoted values
+/// unescaped (what `log --json` prints).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Entry {
+    pub at: String,
+    pub event: String,
+    /// `key=value` items, in order; values are strings.
+    pub args: indexmap::IndexMap<String, String>,
+    /// The bare words (a free-text halt reason spans several: join them with spaces).
+    pub words: Vec<String>,
+}
+
+/// Parses one log line (without its newline); `None` when it is not an event line (a
+/// line someone else appended, a torn write).
+pub fn parse_line(line: &str) -> Option<Entry> {
+    let (at, rest) = line.split_once(' ')?;
+    at.parse::<jiff::Timestamp>().ok()?;
+    let (event, mut rest) = rest.split_once(' ').unwrap_or((rest, ""));
+    if event.is_empty() || !event.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
+        return None;
+    }
+    let mut e = Entry {
+        at: at.to_string(),
+        event: event.to_string(),
+        args: indexmap::IndexMap::new(),
+        words: Vec::new(),
+    };
+    while !rest.is_empty() {
+        let token_end = rest.find(' ').unwrap_or(rest.len());
+        let key = rest[..token_end].split_once('=').map(|(k, _)| k);
+        match key {
+            Some(k)
+                if !k.is_empty()
+                    && k.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') =>
+            {
+                let v = &rest[k.len() + 1..];
+                let (value, after) = if v.starts_with('"') {
+                    let end = quoted_end(v)?;
+                    (serde_json::from_str::<String>(&v[..end]).ok()?, &v[end..])
+                } else {
+                    let end = v.find(' ').unwrap_or(v.len());
+                    (v[..end].to_string(), &v[end..])
+                };
+                e.args.insert(k.to_string(), value);
+                rest = after;
+            }
+            _ => {
+                e.words.push(rest[..token_end].to_string());
+                rest = &rest[token_end..];
+            }
+        }
+        // Items are separated by one space; anything else glued on is not our line.
+        match rest.strip_prefix(' ') {
+            Some(r) => rest = r,
+            None if rest.is_empty() => {}
+            None => return None,
+        }
+    }
+    Some(e)
+}
+
+/// The byte just past the closing quote of the JSON string `v` starts with.
+fn quoted_end(v: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (i, b) in v.bytes().enumerate().skip(1) {
+        match b {
+            _ if escaped => escaped = false,
+            b'\\' => escaped = true,
+            b'"' => return Some(i + 1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The last `event` line in the log's tail (the last 64 KiB), parsed.
+pub fn last_event(path: &Path, event: Event) -> Option<Entry> {
+    let mut f = File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)))
+        .ok()?;
+    let mut buf = Vec::new();
+    f.take(64 * 1024).read_to_end(&mut buf).ok()?;
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .rev()
+        .filter_map(parse_line)
+        .find(|e| e.event == event.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +266,37 @@ mod tests {
         assert_eq!(quote("a\u{2028}b"), "\"a\\u2028b\"");
         assert_eq!(quote("a\u{85}b\u{b}"), "\"a\\u0085b\\u000b\"");
         assert_eq!(word("a\u{2029}b\rc\u{c}"), "a b c ");
+    }
+
+    #[test]
+    fn lines_parse_back_with_quoted_values_unescaped() {
+        let text = line(
+            Event::Halt,
+            &[
+                LogArg::Word("waiting for review"),
+                LogArg::Kv("detail", "a \"b\" c\u{2028}=d\\".into()),
+                LogArg::Kv("iter", "3".into()),
+            ],
+        );
+        let e = parse_line(text.trim_end_matches('\n')).expect("parses");
+        assert_eq!(e.event, "HALT");
+        assert_eq!(e.words, ["waiting", "for", "review"]);
+        assert_eq!(e.args["detail"], "a \"b\" c\u{2028}=d\\");
+        assert_eq!(e.args["iter"], "3");
+        assert_eq!(
+            parse_line("2026-11-30T02:10:00Z TICK pass=true score=0.9 iter=1")
+                .map(|e| e.args.len()),
+            Some(3)
+        );
+        for bad in [
+            "",
+            "garbage",
+            "2026-11-30T02:10:00Z tick x",
+            "not-a-time TICK iter=1",
+            "2026-11-30T02:10:00Z HALT detail=\"unterminated",
+            "2026-11-30T02:10:00Z HALT detail=\"x\"glued",
+        ] {
+            assert_eq!(parse_line(bad), None, "{bad}");
+        }
     }
 }

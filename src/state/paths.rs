@@ -167,6 +167,30 @@ impl LoopPaths {
         }
     }
 
+    /// Removes the `.state.tmp*` files a killed atomic write left in the loop directory
+    /// (called at the start of a tick, under the tick lock). Only files older than a
+    /// minute: a write in progress — `halt`, `schedule install` beside the tick — is
+    /// never pulled from under its rename. Best effort; returns how many went.
+    pub fn remove_stale_temps(&self) -> usize {
+        const PREFIX: &str = ".state.tmp";
+        let old = std::time::Duration::from_secs(60);
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        rd.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(PREFIX))
+            .filter(|e| {
+                // Not followed: a symlink is never a temp file of ours.
+                e.metadata().is_ok_and(|m| {
+                    m.is_file()
+                        && m.modified()
+                            .is_ok_and(|t| t.elapsed().is_ok_and(|a| a >= old))
+                })
+            })
+            .filter(|e| std::fs::remove_file(e.path()).is_ok())
+            .count()
+    }
+
     /// Appends one event line: `<time> <EVENT> <args>`.
     pub fn log(&self, event: Event, args: &[LogArg<'_>]) -> Result<(), StateError> {
         let line = log::append(&self.log, event, args)?;

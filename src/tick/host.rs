@@ -266,7 +266,9 @@ impl Host for Tick<'_> {
         });
         // What the node's processes detached (and left to loopflow, their subreaper) goes
         // with the node.
-        let killed = crate::process::reap_leftovers(Some(node));
+        let mut marks = crate::process::loop_marks(&self.paths.name, &self.paths.project).to_vec();
+        marks.push(format!("LOOPFLOW_NODE={node}"));
+        let killed = crate::process::reap_leftovers(&marks);
         if killed > 0 {
             self.event(
                 Event::Warn,

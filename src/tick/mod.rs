@@ -139,6 +139,7 @@ pub fn run_tick(
     cancel: &AtomicBool,
 ) -> Result<Summary, RunError> {
     crate::state::check_loop_name(name).map_err(|e| RunError::Usage(e.to_string()))?;
+    let active = Active::enter();
     // Agents run in another directory (the worktree) and get paths as arguments and in
     // LOOPFLOW_PROJECT: every path they see must be absolute, whatever `--project` was.
     let project = &std::path::absolute(project).map_err(|e| {
@@ -194,12 +195,19 @@ pub fn run_tick(
         // A tick killed outright (kill -9) cannot stop its agents; this one does, before
         // anything else runs in the loop's worktree.
         guard::stop_leftovers(&paths, &lock.take_previous())?;
+        paths.remove_stale_temps();
     }
     let result = run_locked(&paths, &ledger, lock.as_ref(), &repaired, opts, cancel);
     if let Some(lock) = &lock {
         // What the tick's processes left behind (detached, reparented to loopflow) goes
         // before the lock is let go: nothing may outlive the tick that started it.
-        let killed = crate::process::reap_leftovers(None);
+        let marks = crate::process::loop_marks(&paths.name, &paths.project);
+        let mut killed = crate::process::reap_leftovers(&marks);
+        // A leftover that cleared its environment carries no marks; once no other tick
+        // runs in this process (always, outside a daemon), every untracked child is one.
+        if active.alone() {
+            killed += crate::process::reap_leftovers(&[]);
+        }
         if killed > 0 {
             let _ = paths.log(
                 Event::Warn,
@@ -367,6 +375,30 @@ fn prepare_dirs(paths: &LoopPaths, tmp: &Path, out: &Path, cwd: &Path) -> Result
         }
     }
     Ok(())
+}
+
+/// How many ticks run in this process (more than one only in a daemon).
+static ACTIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// This tick, counted in [`ACTIVE`] while it lives.
+struct Active;
+
+impl Active {
+    fn enter() -> Active {
+        ACTIVE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Active
+    }
+
+    /// No other tick runs in this process right now.
+    fn alone(&self) -> bool {
+        ACTIVE.load(std::sync::atomic::Ordering::SeqCst) == 1
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        ACTIVE.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Logs `SKIP reason=…`.

@@ -2,6 +2,7 @@
 //! `loopflow` executable through [`support`].
 
 mod check;
+mod cli;
 mod color;
 mod daemon;
 mod exec;
