@@ -192,7 +192,11 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
     }
     diags.sort();
     let color = super::use_color(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    let rendered = render(&diags, a.format, color);
+    let rendered = match a.format {
+        // Code scanning resolves result paths against the repository: the project root.
+        Format::Sarif => crate::diag::render_sarif(&diags, project),
+        f => render(&diags, f, color),
+    };
     if a.format == Format::Human {
         if diags.is_empty() {
             out(&format!(

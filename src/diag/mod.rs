@@ -12,7 +12,7 @@ mod render;
 mod sarif;
 
 use render::{render_github, render_human, render_json};
-use sarif::render_sarif;
+pub use sarif::render_sarif;
 
 /// A file that diagnostics point into. `name` is what users see (relative when possible).
 #[derive(Debug)]
@@ -97,7 +97,8 @@ impl fmt::Display for Severity {
 }
 
 macro_rules! codes {
-    ($($variant:ident = $code:literal: $desc:literal,)*) => {
+    ($($variant:ident = $code:literal, ignorable: $ign:literal,
+        $desc:literal, $fix:literal,)*) => {
         /// Every diagnostic code loopflow can emit. The string form is stable: scripts,
         /// SARIF `ruleId`s and suppressions rely on it.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -114,31 +115,88 @@ macro_rules! codes {
             pub fn description(self) -> &'static str {
                 match self { $(Code::$variant => $desc,)* }
             }
+
+            /// How to fix a finding of this rule in general (each diagnostic's own
+            /// `help:` line says it for the case at hand). SARIF's `help`.
+            pub fn fix(self) -> &'static str {
+                match self { $(Code::$variant => $fix,)* }
+            }
+
+            /// Whether `# loopflow: ignore[code]` may silence it: warnings, and errors
+            /// that leave a file loopflow can still run as written. An error that would
+            /// make `run` guess (a dropped value, a missing node) cannot be ignored.
+            pub fn ignorable(self) -> bool {
+                match self { $(Code::$variant => $ign,)* }
+            }
+
+            pub fn parse(s: &str) -> Option<Code> {
+                Code::ALL.iter().copied().find(|c| c.as_str() == s)
+            }
         }
     };
 }
 
 codes! {
-    TomlSyntax = "toml-syntax": "The file is not valid TOML.",
-    UnknownKey = "unknown-key": "A key that loopflow does not know; it would otherwise be silently ignored.",
-    WrongType = "wrong-type": "A value of the wrong type for its key.",
-    MissingKey = "missing-key": "A required key is absent.",
-    InvalidValue = "invalid-value": "A value of the right type that is out of range or malformed.",
-    UnknownNodeKind = "unknown-node-kind": "A node's `kind` is not a built-in node kind.",
-    UnknownNeed = "unknown-need": "A `needs` entry names a node that does not exist.",
-    DependencyCycle = "dependency-cycle": "Nodes depend on each other in a cycle, so none of them can start.",
-    VerdictNotUpstream = "verdict-not-upstream": "A verdict node reads a node that does not run before it.",
-    UnknownVariable = "unknown-variable": "A template uses a variable that does not exist.",
-    VariableNotAvailable = "variable-not-available": "A template uses a variable that is not yet produced at that point of the DAG.",
-    TemplateSyntax = "template-syntax": "A template is not valid handlebars.",
-    MissingRole = "missing-role": "A harness node's role has no `[roles.<role>]` table in loop.toml.",
-    MissingPrompt = "missing-prompt": "A role's prompt file does not exist.",
-    MissingFile = "missing-file": "A file that is named (a loop's pipeline, a path given to check) cannot be read.",
-    NoCommit = "no-commit": "No `commit` node is reachable, so a tick could never advance the loop.",
-    EmptyArgv = "empty-argv": "A command is an empty list, so there is nothing to run.",
-    ModelNotPassed = "model-not-passed": "Implement and verify name different models but the harness command never passes `{{model}}`.",
-    LegacyPlaceholder = "legacy-placeholder": "A single-brace `{name}` token from the predecessor's syntax; it is passed through literally.",
-    UnreachableNode = "unreachable-node": "A node with no path to or from any `commit` node; its result never matters.",
+    TomlSyntax = "toml-syntax", ignorable: false,
+        "The file is not valid TOML.",
+        "Fix the syntax at the position shown (an unclosed string, bracket or table header, a missing `=` or comma). loopflow files are TOML 1.0.",
+    UnknownKey = "unknown-key", ignorable: true,
+        "A key that loopflow does not know; it would otherwise be silently ignored.",
+        "Fix the spelling (the help line suggests the nearest known key) or remove the key. A key kept on purpose can be silenced with `# loopflow: ignore[unknown-key]` on the line above.",
+    WrongType = "wrong-type", ignorable: false,
+        "A value of the wrong type for its key.",
+        "Write the value with the type the key takes: quote strings, bracket lists, use `true`/`false` for booleans and bare numbers for integers.",
+    MissingKey = "missing-key", ignorable: false,
+        "A required key is absent.",
+        "Add the key to the table named in the message; the help line gives an example value.",
+    InvalidValue = "invalid-value", ignorable: false,
+        "A value of the right type that is out of range or malformed.",
+        "Use a value in the range the message gives (durations such as \"30m\", globs such as \"src/**\", known preset names).",
+    UnknownNodeKind = "unknown-node-kind", ignorable: false,
+        "A node's `kind` is not a built-in node kind.",
+        "Set `kind` to one of gate, floor-check, harness, command, verdict, commit or git-commit.",
+    UnknownNeed = "unknown-need", ignorable: false,
+        "A `needs` entry names a node that does not exist.",
+        "Name the id of a node of the same pipeline (the `<id>` of its `[nodes.<id>]` table), or remove the entry.",
+    DependencyCycle = "dependency-cycle", ignorable: false,
+        "Nodes depend on each other in a cycle, so none of them can start.",
+        "Remove one `needs` entry among the nodes the message names, so every node waits only for nodes that run before it.",
+    VerdictNotUpstream = "verdict-not-upstream", ignorable: false,
+        "A verdict node reads a node that does not run before it.",
+        "Add the node that `from` names to the verdict node's `needs`, directly or through another node.",
+    UnknownVariable = "unknown-variable", ignorable: false,
+        "A template uses a variable that does not exist.",
+        "Fix the variable's name (the help line lists what is available at that node); `nodes.<id>.<field>` needs an existing node and one of stdout_path, exit_code, output.",
+    VariableNotAvailable = "variable-not-available", ignorable: false,
+        "A template uses a variable that is not yet produced at that point of the DAG.",
+        "Make the node that produces it run first (add it to `needs`), or use the variable only in nodes downstream of it.",
+    TemplateSyntax = "template-syntax", ignorable: false,
+        "A template is not valid handlebars.",
+        "Close every `{{#if}}`/`{{#each}}` block with its `{{/if}}`/`{{/each}}` and balance the braces; only the helpers eq, ne, gt, lt, and, or, not exist.",
+    MissingRole = "missing-role", ignorable: false,
+        "A harness node's role has no `[roles.<role>]` table in loop.toml.",
+        "Add `[roles.<role>]` with a `prompt` to loop.toml, or change the node's `role` to a configured one.",
+    MissingPrompt = "missing-prompt", ignorable: false,
+        "A role's prompt file does not exist.",
+        "Create the file or fix the path; relative paths resolve against the directory of loop.toml.",
+    MissingFile = "missing-file", ignorable: false,
+        "A file that is named (a loop's pipeline, a path given to check) cannot be read.",
+        "Fix the path or the file's permissions; loopflow files are UTF-8 text.",
+    NoCommit = "no-commit", ignorable: false,
+        "No `commit` node is reachable, so a tick could never advance the loop.",
+        "Add a `[nodes.commit]` table with `kind = \"commit\"` as the pipeline's last node.",
+    EmptyArgv = "empty-argv", ignorable: false,
+        "A command is an empty list, so there is nothing to run.",
+        "Give the program and its arguments, e.g. `[\"cargo\", \"test\"]`, or remove the key to use the default.",
+    ModelNotPassed = "model-not-passed", ignorable: true,
+        "Implement and verify name different models but the harness command never passes `{{model}}`.",
+        "Add the agent's model flag with `{{model}}` to the command (e.g. `\"--model\", \"{{model}}\"`), or use a preset, whose `model_args` pass it. When the agent takes the model from elsewhere, ignore the rule on that line.",
+    LegacyPlaceholder = "legacy-placeholder", ignorable: true,
+        "A single-brace `{name}` token from the predecessor's syntax; it is passed through literally.",
+        "Write `{{name}}` (double braces) to substitute the variable, or ignore the rule where the braces are meant literally.",
+    UnreachableNode = "unreachable-node", ignorable: true,
+        "A node with no path to or from any `commit` node; its result never matters.",
+        "Connect the node (add it to the `needs` of a node on the way to `commit`) or remove it.",
 }
 
 impl fmt::Display for Code {
@@ -284,7 +342,7 @@ pub fn render(diags: &Diagnostics, format: Format, color: bool) -> String {
         Format::Human => render_human(diags, color),
         Format::Json => render_json(diags),
         Format::Github => render_github(diags),
-        Format::Sarif => render_sarif(diags),
+        Format::Sarif => render_sarif(diags, &std::env::current_dir().unwrap_or_default()),
     }
 }
 

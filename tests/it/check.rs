@@ -272,6 +272,8 @@ fn sarif_format_is_valid_sarif_2_1_0() {
                 .as_str()
                 .expect("uri");
             assert!(uri.starts_with("tests/fixtures/check/"), "{uri}");
+            let base = &r["locations"][0]["physicalLocation"]["artifactLocation"]["uriBaseId"];
+            assert_eq!(base, "%SRCROOT%");
         }
     }
     let out = lf(&[
@@ -280,7 +282,11 @@ fn sarif_format_is_valid_sarif_2_1_0() {
         "--format",
         "sarif",
     ]);
-    let stable = out.stdout.replace(env!("CARGO_PKG_VERSION"), "[version]");
+    let root_uri = format!("file://{}/", root().canonicalize().expect("root").display());
+    let stable = out
+        .stdout
+        .replace(env!("CARGO_PKG_VERSION"), "[version]")
+        .replace(&root_uri, "file:///[root]/");
     insta::assert_snapshot!("sarif-several", stable);
 }
 

@@ -10,6 +10,7 @@ mod isolation;
 mod programs;
 mod report;
 mod robustness;
+mod sarif;
 mod schedule;
 mod security;
 mod support;
