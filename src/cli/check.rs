@@ -190,7 +190,7 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
             eprint!("{text}");
         }
     }
-    diags.sort();
+    diags.finish();
     let color = super::use_color(std::io::IsTerminal::is_terminal(&std::io::stdout()));
     let rendered = match a.format {
         // Code scanning resolves result paths against the repository: the project root.

@@ -199,6 +199,22 @@ codes! {
         "Connect the node (add it to the `needs` of a node on the way to `commit`) or remove it.",
 }
 
+impl Code {
+    /// Findings that something is missing: unreliable in a file that did not fully parse.
+    fn is_absence(self) -> bool {
+        matches!(
+            self,
+            Code::MissingKey
+                | Code::UnknownNeed
+                | Code::NoCommit
+                | Code::UnreachableNode
+                | Code::VariableNotAvailable
+                | Code::VerdictNotUpstream
+                | Code::MissingRole
+        )
+    }
+}
+
 impl fmt::Display for Code {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -313,6 +329,32 @@ impl Diagnostics {
 
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    /// Once every check ran: drops the echoes of syntax errors, then sorts. What `check`
+    /// prints and `run` refuses is what is left.
+    pub fn finish(&mut self) {
+        self.drop_syntax_echoes();
+        self.sort();
+    }
+
+    /// A file with a syntax error is checked as far as it parses, so what seems *absent*
+    /// (a required key, a node that `needs` names, an edge a template relies on) may sit
+    /// in the part that did not parse: such findings are dropped for that file. What is
+    /// there and wrong (an unknown key, a wrong type, a cycle, a bad template) stays.
+    pub fn drop_syntax_echoes(&mut self) {
+        let broken: std::collections::HashSet<usize> = self
+            .items
+            .iter()
+            .filter(|d| d.code == Code::TomlSyntax)
+            .map(|d| Arc::as_ptr(&d.source) as usize)
+            .collect();
+        if broken.is_empty() {
+            return;
+        }
+        self.items.retain(|d| {
+            !(broken.contains(&(Arc::as_ptr(&d.source) as usize)) && d.code.is_absence())
+        });
     }
 
     /// Sorts by file, then position, so output is stable however checks were ordered.

@@ -22,10 +22,11 @@ pub struct Draft {
 }
 
 impl Draft {
-    /// Parses a pipeline file, pushing every problem into `diags`. `None` when the TOML
-    /// itself does not parse.
+    /// Parses a pipeline file, pushing every problem into `diags`. A file with syntax
+    /// errors is read as far as it parses (what it holds is still checked); callers look
+    /// at the diagnostics before running anything.
     pub fn parse(source: &SourceRef, diags: &mut Diagnostics) -> Option<Draft> {
-        let doc = toml_read::parse(source, diags)?;
+        let (doc, _) = toml_read::parse_partial(source, diags);
         let root = Table::new(source, doc.get_ref(), 0..0, "");
         root.deny_unknown(&["name", "description", "nodes"], diags);
         let name = root

@@ -2,6 +2,7 @@
 //! `loopflow` executable through [`support`].
 
 mod check;
+mod check_all;
 mod color;
 mod daemon;
 mod exec;

@@ -1,0 +1,217 @@
+//! `check` reports every problem of every phase in one run: a cycle does not hide name
+//! errors, a broken `[brakes]` or a TOML syntax error does not hide the cross-checks,
+//! an unreadable pipeline does not hide missing prompts; and a missing prompt file comes
+//! with the nearest existing file as a suggestion.
+
+use serde_json::Value;
+
+use crate::support::{Project, Run};
+
+/// (line, column, code) of every diagnostic, in output order.
+fn found(r: &Run) -> Vec<(u64, u64, String)> {
+    let v: Value =
+        serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {r:?}"));
+    v["diagnostics"]
+        .as_array()
+        .expect("diagnostics")
+        .iter()
+        .map(|d| {
+            (
+                d["line"].as_u64().unwrap_or(0),
+                d["column"].as_u64().unwrap_or(0),
+                d["code"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn codes(r: &Run) -> Vec<String> {
+    found(r).into_iter().map(|(_, _, c)| c).collect()
+}
+
+#[test]
+fn a_cycle_does_not_hide_name_errors() {
+    let p = Project::new();
+    p.write(
+        "p.toml",
+        r#"[nodes.gate]
+kind = "gate"
+needs = ["commit"]
+
+[nodes.verify]
+kind = "command"
+argv = ["echo", "{{verdict.pas}}"]
+needs = ["gate"]
+
+[nodes.parse]
+kind = "verdict"
+from = "verifyy"
+needs = ["verify"]
+
+[nodes.commit]
+kind = "commit"
+needs = ["parse"]
+"#,
+    );
+    let r = p.lf(&["check", "p.toml", "--format", "json"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(
+        found(&r),
+        [
+            (3, 10, "dependency-cycle".to_string()),
+            (7, 20, "unknown-variable".to_string()),
+            (12, 8, "unknown-need".to_string()),
+        ],
+        "{}",
+        r.stdout
+    );
+}
+
+const BROKEN_LOOP: &str = r#"[brakes]
+max_iteration = 10
+
+[harness]
+command = ["agent", "{prompt}", "{{cwdd}}", "{{#if iteration}}x"]
+
+[roles.implement]
+prompt = "prompts/implment.md"
+[roles.verify]
+prompt = "prompts/verify.md"
+[roles.orchestrate]
+prompt = "prompts/verify.md"
+"#;
+
+/// A typo in `[brakes]` made the loop invalid and, before, hid everything else.
+#[test]
+fn a_broken_brakes_table_does_not_hide_the_cross_checks() {
+    let p = Project::new();
+    p.write(".loopflow/loops/b/loop.toml", BROKEN_LOOP);
+    p.write(".loopflow/loops/b/prompts/implement.md", "Do it.\n");
+    p.write(".loopflow/loops/b/prompts/verify.md", "Check it.\n");
+    let r = p.lf(&["check", ".loopflow/loops/b/loop.toml", "--format", "json"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(
+        found(&r),
+        [
+            (2, 1, "unknown-key".to_string()),
+            (5, 22, "legacy-placeholder".to_string()),
+            (5, 36, "unknown-variable".to_string()),
+            (5, 46, "template-syntax".to_string()),
+            (8, 10, "missing-prompt".to_string()),
+        ],
+        "{}",
+        r.stdout
+    );
+    // The typo is reported once, as an unknown key that names the right one.
+    assert!(
+        r.stdout.contains("did you mean `max_iterations`?"),
+        "{}",
+        r.stdout
+    );
+    // The missing prompt comes with the nearest file of its directory.
+    assert!(
+        r.stdout.contains("did you mean `prompts/implement.md`?"),
+        "{}",
+        r.stdout
+    );
+    let human = p.lf(&["check", ".loopflow/loops/b/loop.toml"]);
+    assert!(human.stdout.contains("4 errors, 1 warning"), "{human:?}");
+}
+
+#[test]
+fn a_loop_whose_brakes_do_not_read_still_cannot_run() {
+    let p = Project::new();
+    assert_eq!(p.create("b", Some("t")).code, 0);
+    let cfg = p.read(".loopflow/loops/b/loop.toml");
+    p.write(
+        ".loopflow/loops/b/loop.toml",
+        &cfg.replace("max_iterations", "max_iteration"),
+    );
+    let r = p.lf(&["run", "--loop", "b"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert!(r.stderr.contains("max_iteration"), "{r:?}");
+    assert_eq!(p.lf(&["gate", "--loop", "b"]).code, 3);
+}
+
+/// After a syntax error the file is checked as far as it parses: what is there and
+/// wrong is reported, what only seems missing is not.
+#[test]
+fn a_syntax_error_does_not_hide_the_rest_of_the_file() {
+    let p = Project::new();
+    p.write(
+        "p.toml",
+        r#"[nodes.gate]
+kind = "gate
+
+[nodes.x]
+kind = "command"
+argv = ["echo", "{{cwdd}}"]
+needs = ["gate"]
+retrys = 2
+
+[nodes.commit]
+kind = "commit"
+needs = ["x"]
+timeout = 5
+"#,
+    );
+    let r = p.lf(&["check", "p.toml", "--format", "json"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(
+        codes(&r),
+        [
+            "toml-syntax",
+            "unknown-variable",
+            "unknown-key",
+            "wrong-type"
+        ],
+        "{}",
+        r.stdout
+    );
+    // A value the parser could only guess at (`kind = "gate` unclosed) is not judged.
+    let p2 = Project::new();
+    p2.write(
+        "p.toml",
+        "[nodes.a]\nkind = = \"gate\"\n[nodes.c]\nkind = \"commit\"\nneeds = [\"a\"]\n",
+    );
+    let r = p2.lf(&["check", "p.toml", "--format", "json"]);
+    assert!(codes(&r).iter().all(|c| c == "toml-syntax"), "{}", r.stdout);
+}
+
+#[test]
+fn a_loop_with_a_syntax_error_is_still_cross_checked() {
+    let p = Project::new();
+    p.write(
+        "l/loop.toml",
+        "[brakes]\nmax_iterations = 3\nbad = = 1\n[roles.implement]\nprompt = \"nope.md\"\n",
+    );
+    let r = p.lf(&["check", "l/loop.toml", "--format", "json"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    let c = codes(&r);
+    assert!(c.contains(&"toml-syntax".to_string()), "{c:?}");
+    assert!(c.contains(&"missing-prompt".to_string()), "{c:?}");
+    // Roles the built-in tick needs but the (broken) file may have held: not claimed.
+    assert!(!c.contains(&"missing-role".to_string()), "{c:?}");
+}
+
+#[test]
+fn an_unreadable_pipeline_does_not_hide_missing_prompts() {
+    let p = Project::new();
+    p.write(
+        "l/loop.toml",
+        "pipeline = \"nope.toml\"\n[brakes]\nmax_iterations = 3\n[roles.implement]\nprompt = \"p/implement.md\"\n",
+    );
+    let r = p.lf(&["check", "l/loop.toml", "--format", "json"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(
+        codes(&r),
+        ["missing-file", "missing-prompt"],
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("the directory l/p does not exist either"),
+        "{}",
+        r.stdout
+    );
+}
