@@ -168,6 +168,51 @@ pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics, explained: 
     }
 }
 
+/// `check` of a file given as text (`check -`): a loop config when its name says so
+/// (`loop.toml`, `loop.json`), else when its top-level keys are a loop config's (and it
+/// has no `nodes`), else a pipeline. `path` is where it would live, `name` what
+/// diagnostics call it.
+pub fn check_text(
+    text: String,
+    path: &Path,
+    name: String,
+    base: &Path,
+    diags: &mut Diagnostics,
+    explained: &mut Vec<String>,
+) {
+    if is_loop_config(path) || (!is_toml_named(path) && looks_like_loop_config(&text)) {
+        if let Some(p) = LoopConfig::from_text(text, path, name, diags) {
+            check_config(&p, base, diags, explained);
+        }
+    } else {
+        check_pipeline(&Source::new(name, path, text), diags);
+    }
+}
+
+/// A `*.toml` name other than loop.toml: a pipeline, as on disk.
+fn is_toml_named(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "toml") && !is_loop_config(p)
+}
+
+/// Whether a document's top-level keys are those of a loop config: any of them, and no
+/// `nodes` (which only a pipeline has). Read as far as it parses.
+fn looks_like_loop_config(text: &str) -> bool {
+    let (doc, _) = toml::de::DeTable::parse_recoverable(text);
+    let doc = doc.get_ref();
+    doc.get("nodes").is_none()
+        && crate::config::TOP_LEVEL_KEYS
+            .iter()
+            .any(|k| doc.get(*k).is_some())
+}
+
+/// A file given to `check` (stdin) that could not be read.
+pub fn check_unreadable(path: &Path, name: String, e: &std::io::Error, diags: &mut Diagnostics) {
+    let mut d = io_diag(path, path.parent().unwrap_or(path), e);
+    d.source = Source::new(name.clone(), path, "");
+    d.message = format!("cannot read {name}: {}", io_reason(e));
+    diags.push(d);
+}
+
 /// `check` of a pipeline's text.
 pub fn check_pipeline(src: &SourceRef, diags: &mut Diagnostics) {
     if let Some(d) = Draft::parse(src, diags) {

@@ -61,6 +61,7 @@ pub fn parse_partial<'s>(
     let spans: Vec<Range<usize>> = errors.iter().map(|e| e.span().unwrap_or(0..0)).collect();
     let had_errors = !errors.is_empty();
     report(source, errors, diags);
+    diags.scan_ignores(source);
     if had_errors {
         strip(table.get_mut(), &source.text, &spans);
     }

@@ -62,6 +62,21 @@ pub struct LoopConfig {
     pub notify: Option<Notify>,
 }
 
+/// The keys a loop.toml may have at its top level (`check -` tells a loop config from a
+/// pipeline by them).
+pub const TOP_LEVEL_KEYS: &[&str] = &[
+    "pipeline",
+    "work_source",
+    "brakes",
+    "schedule",
+    "harness",
+    "roles",
+    "blast_radius",
+    "worktree",
+    "sandbox",
+    "notify",
+];
+
 /// `p` as written, or under `dir` when relative.
 fn resolve(dir: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
@@ -155,21 +170,7 @@ impl LoopConfig {
     pub fn parse_partial(source: &SourceRef, dir: &Path, diags: &mut Diagnostics) -> Partial {
         let (doc, syntax_errors) = toml_read::parse_partial(source, diags);
         let root = Table::new(source, doc.get_ref(), 0..0, "");
-        root.deny_unknown(
-            &[
-                "pipeline",
-                "work_source",
-                "brakes",
-                "schedule",
-                "harness",
-                "roles",
-                "blast_radius",
-                "worktree",
-                "sandbox",
-                "notify",
-            ],
-            diags,
-        );
+        root.deny_unknown(TOP_LEVEL_KEYS, diags);
         let pipeline = root
             .str("pipeline", diags)
             .map(|s| (resolve(dir, &s.value), s));

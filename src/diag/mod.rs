@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+mod ignore;
 mod render;
 mod sarif;
 
@@ -197,6 +198,9 @@ codes! {
     UnreachableNode = "unreachable-node", ignorable: true,
         "A node with no path to or from any `commit` node; its result never matters.",
         "Connect the node (add it to the `needs` of a node on the way to `commit`) or remove it.",
+    UnusedIgnore = "unused-ignore", ignorable: false,
+        "A `# loopflow: ignore[code]` comment that silences nothing: the code is misspelt, cannot be ignored, or nothing on the next line reports it.",
+        "Remove the comment, fix the code's spelling, or move it to the line directly above the finding.",
 }
 
 impl Code {
@@ -290,6 +294,8 @@ impl Diagnostic {
 #[derive(Debug, Default)]
 pub struct Diagnostics {
     pub items: Vec<Diagnostic>,
+    /// The `# loopflow: ignore[…]` comments of the files read, applied by `finish`.
+    ignores: Vec<ignore::Ignore>,
     /// (code, span, source) of every item, so deduplication stays linear.
     seen: std::collections::HashSet<(Code, usize, usize, usize)>,
 }
@@ -310,6 +316,7 @@ impl Diagnostics {
     }
 
     pub fn extend(&mut self, other: Diagnostics) {
+        self.ignores.extend(other.ignores);
         for d in other.items {
             self.push(d);
         }
@@ -335,7 +342,15 @@ impl Diagnostics {
     /// prints and `run` refuses is what is left.
     pub fn finish(&mut self) {
         self.drop_syntax_echoes();
+        ignore::apply(&mut self.items, &mut self.ignores);
+        self.ignores.clear();
         self.sort();
+    }
+
+    /// Notes the ignore comments of a file that is being checked (TOML files: loop.toml
+    /// and pipelines).
+    pub fn scan_ignores(&mut self, source: &SourceRef) {
+        self.ignores.extend(ignore::scan(source));
     }
 
     /// A file with a syntax error is checked as far as it parses, so what seems *absent*

@@ -53,7 +53,10 @@ fn pascal(code: &str) -> String {
 
 fn rule(c: Code) -> Value {
     // The codes `check` reports as warnings; every other one is an error.
-    let level = if matches!(c, Code::LegacyPlaceholder | Code::UnreachableNode) {
+    let level = if matches!(
+        c,
+        Code::LegacyPlaceholder | Code::UnreachableNode | Code::UnusedIgnore
+    ) {
         "warning"
     } else {
         "error"
@@ -66,12 +69,15 @@ fn rule(c: Code) -> Value {
         "help": {
             "text": format!("{}\n\nHow to fix: {}", c.description(), c.fix()),
             "markdown": format!(
-                "**{}** (`{}`)\n\n**How to fix:** {}\n\nSilence one finding with `# loopflow: ignore[{}]` on the line above it{}.",
+                "**{}** (`{}`)\n\n**How to fix:** {}\n\n{}",
                 c.description(),
                 c.as_str(),
                 c.fix(),
-                c.as_str(),
-                if c.ignorable() { "" } else { " (not this rule: it is an error loopflow cannot run with)" }
+                if c.ignorable() {
+                    format!("Silence one finding with `# loopflow: ignore[{}]` on the line above it.", c.as_str())
+                } else {
+                    "This rule cannot be silenced with `# loopflow: ignore[…]`: fix the problem.".to_string()
+                }
             ),
         },
         "defaultConfiguration": { "level": level },

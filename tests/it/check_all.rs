@@ -215,3 +215,130 @@ fn an_unreadable_pipeline_does_not_hide_missing_prompts() {
         r.stdout
     );
 }
+
+/// `check -` with the file on stdin.
+fn check_stdin(p: &Project, args: &[&str], input: &str) -> Run {
+    use std::io::Write;
+    let mut c = p
+        .lf_cmd(&[&["check", "-"], args].concat())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    c.stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write");
+    Run::from(c.wait_with_output().expect("wait"))
+}
+
+#[test]
+fn check_reads_one_file_from_stdin() {
+    let p = Project::new();
+    // A pipeline, told apart by its `nodes`.
+    let r = check_stdin(
+        &p,
+        &["--format", "json"],
+        "[nodes.c]\nkind = \"commit\"\nneeds = [\"x\"]\n",
+    );
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(codes(&r), ["unknown-need"]);
+    assert!(r.stdout.contains("\"file\": \"<stdin>\""), "{}", r.stdout);
+    // A loop config, told apart by its keys; named, and its prompt paths resolved
+    // against the directory of that name.
+    p.write("l/prompts/implement.md", "Do it.\n");
+    let cfg = "[brakes]\nmax_iteration = 3\n[roles.implement]\nprompt = \"prompts/implment.md\"\n";
+    let r = check_stdin(
+        &p,
+        &["--stdin-name", "l/loop.toml", "--format", "json"],
+        cfg,
+    );
+    assert_eq!(r.code, 3, "{r:?}");
+    let c = codes(&r);
+    assert!(c.contains(&"unknown-key".to_string()), "{c:?}");
+    assert!(c.contains(&"missing-prompt".to_string()), "{c:?}");
+    assert!(
+        r.stdout.contains("\"file\": \"l/loop.toml\""),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("did you mean `prompts/implement.md`?"),
+        "{}",
+        r.stdout
+    );
+    // The name decides when it is a pipeline's: keys of a loop config are unknown there.
+    let r = check_stdin(&p, &["--stdin-name", "p.toml", "--format", "json"], cfg);
+    assert!(codes(&r).contains(&"unknown-key".to_string()), "{r:?}");
+    assert!(r.stdout.contains("\"file\": \"p.toml\""), "{}", r.stdout);
+    // Clean input, human output.
+    let tick = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("pipelines/tick.toml"),
+    )
+    .expect("tick");
+    let r = check_stdin(&p, &[], &tick);
+    assert_eq!(
+        (r.code, r.stdout.as_str()),
+        (0, "checked 1 file(s): no problems found\n")
+    );
+    assert_eq!(p.lf(&["check", "--stdin-name", "x.toml"]).code, 2);
+}
+
+#[test]
+fn ignore_comments_silence_one_finding_and_say_when_they_silence_nothing() {
+    let p = Project::new();
+    let text = r#"[nodes.t]
+kind = "command"
+argv = ["a"]
+# loopflow: ignore[unknown-key]
+owner = "alice"
+team = "core"
+
+[nodes.c]
+kind = "commit"
+# loopflow: ignore[unknown-need, unreachable-nod]
+needs = ["t", "x"]
+"#;
+    p.write("p.toml", text);
+    let r = p.lf(&["check", "p.toml", "--format", "json"]);
+    assert_eq!(r.code, 3, "{r:?}");
+    assert_eq!(
+        found(&r),
+        [
+            // `owner` is silenced; `team`, one line further down, is not.
+            (6, 1, "unknown-key".to_string()),
+            // An error `run` could not run with is never silenced...
+            (10, 20, "unused-ignore".to_string()),
+            // ...and a misspelt code is pointed out.
+            (10, 34, "unused-ignore".to_string()),
+            (11, 15, "unknown-need".to_string()),
+        ],
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("did you mean `unreachable-node`?"),
+        "{}",
+        r.stdout
+    );
+    // What check accepts, run accepts: an ignored unknown key does not stop a loop.
+    assert_eq!(p.create("l", Some("t")).code, 0);
+    let cfg = p.read(".loopflow/loops/l/loop.toml");
+    p.write(
+        ".loopflow/loops/l/loop.toml",
+        &cfg.replace(
+            "[brakes]\n",
+            "[brakes]\n# loopflow: ignore[unknown-key]\nowner = 1\n",
+        ),
+    );
+    assert_eq!(p.lf(&["check", ".loopflow/loops/l/loop.toml"]).code, 0);
+    let r = p.lf(&["run", "--loop", "l", "--dry-run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    p.write(
+        ".loopflow/loops/l/loop.toml",
+        &cfg.replace("[brakes]\n", "[brakes]\nowner = 1\n"),
+    );
+    assert_eq!(p.lf(&["run", "--loop", "l", "--dry-run"]).code, 3);
+}
