@@ -5,6 +5,7 @@ mod check;
 mod check_all;
 mod color;
 mod daemon;
+mod drift;
 mod exec;
 mod halts;
 mod isolation;
