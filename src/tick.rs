@@ -492,8 +492,9 @@ impl<'a> Tick<'a> {
                         &[LogArg::Kv(
                             "msg",
                             format!(
-                                "worktree missing at {}; not running in the main checkout",
-                                self.cwd.display()
+                                "worktree missing at {}; not running in the main checkout (bring it back with `loopflow worktree restore --loop {}`)",
+                                self.cwd.display(),
+                                paths.name
                             ),
                         )],
                     )?;

@@ -1,5 +1,5 @@
 //! Isolation and scheduling commands: `schedule print|install|uninstall` and
-//! `worktree gc`.
+//! `worktree gc|restore`.
 
 use std::path::{Path, PathBuf};
 
@@ -55,15 +55,31 @@ pub struct WorktreeArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum WorktreeAction {
-    /// Prune worktrees and loopflow/* branches of deleted or long-idle loops.
+    /// Prune worktrees and loopflow/* branches of deleted loops (and, with
+    /// --include-idle, of live loops idle longer than --max-age).
     Gc(GcArgs),
+    /// Re-create a loop's removed worktree on its branch loopflow/<loop> (or a new branch
+    /// from HEAD) and point the loop's state at it.
+    Restore(RestoreArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// The loop whose worktree to bring back.
+    #[arg(long = "loop", value_name = "NAME")]
+    pub loop_name: String,
 }
 
 #[derive(Args, Debug)]
 pub struct GcArgs {
-    /// A loop idle (no tick) for longer than this is pruned: 14d, 12h, 30m, 90s.
+    /// With --include-idle, a loop idle (no tick) for longer than this is pruned: 14d,
+    /// 12h, 30m, 90s.
     #[arg(long, default_value = "14d", value_name = "AGE")]
     pub max_age: String,
+    /// Also prune live loops idle longer than --max-age. Their ticks then skip
+    /// (`worktree_missing`) until `loopflow worktree restore --loop NAME`.
+    #[arg(long)]
+    pub include_idle: bool,
     /// Also remove worktrees with uncommitted changes and unmerged branches.
     #[arg(long)]
     pub force: bool,
@@ -220,6 +236,7 @@ pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
                 max_age,
                 force: g.force,
                 dry_run: g.dry_run,
+                include_idle: g.include_idle,
             };
             match crate::worktree::gc(project, &o) {
                 Ok(r) => {
@@ -239,6 +256,64 @@ pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
                     exit::STATE
                 }
             }
+        }
+        WorktreeAction::Restore(r) => restore(project, &r.loop_name),
+    }
+}
+
+fn restore(project: &Path, name: &str) -> i32 {
+    if let Err(e) = check_loop_name(name) {
+        eprintln!("error: {e}");
+        return exit::USAGE;
+    }
+    let project = project.canonicalize().unwrap_or(project.to_path_buf());
+    let paths = LoopPaths::new(&project, name);
+    if !paths.state.exists() {
+        eprintln!(
+            "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",
+            project.display()
+        );
+        return exit::USAGE;
+    }
+    let base = std::env::current_dir().unwrap_or_else(|_| project.clone());
+    match crate::load::config(&paths, &base) {
+        Ok(c) if !c.worktree => {
+            eprintln!(
+                "error: loop {name} runs without a worktree (`[worktree] enabled = false` in its loop.toml); there is nothing to restore"
+            );
+            return exit::USAGE;
+        }
+        // A config that does not read does not stop the repair; the tick reports it.
+        _ => {}
+    }
+    match crate::worktree::restore(&paths) {
+        Ok(r) if !r.created => {
+            println!(
+                "loop {name}'s worktree is at {} (nothing to do)",
+                r.path.display()
+            );
+            exit::OK
+        }
+        Ok(r) => {
+            let from = if r.branch_existed {
+                "its existing branch"
+            } else {
+                "a new branch from HEAD"
+            };
+            println!(
+                "restored loop {name}'s worktree at {} on {} ({from})",
+                r.path.display(),
+                r.branch
+            );
+            exit::OK
+        }
+        Err(e @ crate::worktree::RestoreError::Busy(_)) => {
+            eprintln!("error: {e}");
+            exit::NO
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::STATE
         }
     }
 }

@@ -17,3 +17,4 @@ mod schedule;
 mod security;
 mod support;
 mod tick;
+mod worktree;
