@@ -60,8 +60,11 @@ impl NodeSpec for CommitNode {
         let scope = ctx.scope();
         let verdict = ctx.verdict().cloned();
         let up = ctx.upstream();
-        let (file_usd, file_tokens) = up
-            .iter()
+        // A replay from the verdict cache ran nothing and spent nothing: neither what its
+        // replayed output reports nor the replayed verdict's own figures count again.
+        let replayed = up.iter().any(|(_, o)| o.cached);
+        let live = || up.iter().filter(|(_, o)| !o.cached);
+        let (file_usd, file_tokens) = live()
             .filter_map(|(_, o)| o.output_path.as_deref())
             .map(reported_usage)
             .fold((0.0, 0u64), |(u, t), (du, dt)| {
@@ -70,18 +73,15 @@ impl NodeSpec for CommitNode {
         // Spend the agent CLIs reported (preset `usage` rules). When there is any, it
         // replaces the verifier's own guess (`cost_usd` / `tokens` in the verdict), which
         // would otherwise count the same spend twice.
-        let agent_usd = up
-            .iter()
-            .filter_map(|(_, o)| o.cost_usd)
-            .reduce(|a, b| a + b);
-        let agent_tokens = up
-            .iter()
+        let agent_usd = live().filter_map(|(_, o)| o.cost_usd).reduce(|a, b| a + b);
+        let agent_tokens = live()
             .filter_map(|(_, o)| o.tokens)
             .reduce(|a, b| a.saturating_add(b));
-        let usd = file_usd
-            + agent_usd.unwrap_or_else(|| verdict.as_ref().and_then(|v| v.cost_usd).unwrap_or(0.0));
+        let guess = verdict.as_ref().filter(|_| !replayed);
+        let usd =
+            file_usd + agent_usd.unwrap_or_else(|| guess.and_then(|v| v.cost_usd).unwrap_or(0.0));
         let tokens = file_tokens.saturating_add(
-            agent_tokens.unwrap_or_else(|| verdict.as_ref().and_then(|v| v.tokens).unwrap_or(0)),
+            agent_tokens.unwrap_or_else(|| guess.and_then(|v| v.tokens).unwrap_or(0)),
         );
         // Backlog and audit sources: the task after this tick's work (the agent may have
         // checked its item off), so `status` shows what the next tick will take.
