@@ -15,6 +15,7 @@ mod report;
 mod robustness;
 mod sarif;
 mod schedule;
+mod schedule_files;
 mod security;
 mod support;
 mod tick;
