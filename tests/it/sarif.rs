@@ -200,3 +200,22 @@ fn the_sarif_multitool_finds_no_error() {
     assert!(errors.contains(&"GH2012".to_string()), "{errors:?}");
     assert!(errors.contains(&"SARIF1002".to_string()), "{errors:?}");
 }
+
+/// `helpUri` points at the README's table of codes: every code has its anchor there.
+#[test]
+fn the_readme_lists_every_code_with_an_anchor() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README");
+    let (_p, r) = broken();
+    let doc: Value = serde_json::from_str(&r.stdout).expect("SARIF is JSON");
+    for rule in doc["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .expect("rules")
+    {
+        let id = rule["id"].as_str().expect("id");
+        assert!(
+            readme.contains(&format!("<a id=\"{id}\"></a>`{id}`")),
+            "README.md has no row for `{id}`"
+        );
+    }
+}
