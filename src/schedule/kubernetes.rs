@@ -55,12 +55,17 @@ pub fn kubernetes(t: &Target) -> File {
         })
         .collect();
     let env = if env.is_empty() {
-        String::new()
+        // No agent loopflow knows the keys of: whatever the Secret holds, if it exists.
+        format!(
+            "              envFrom:\n                - secretRef:\n                    name: {secret}\n                    optional: true\n"
+        )
     } else {
         format!("              env:\n{env}")
     };
     let create_secret = if secrets.is_empty() {
-        String::new()
+        format!(
+            "# The agent's environment (API keys) comes from the Secret {secret}, if it exists:\n#   kubectl create secret generic {secret} --from-literal=NAME=...\n"
+        )
     } else {
         let lits: Vec<String> = secrets
             .iter()

@@ -291,21 +291,39 @@ fn kubernetes_needs_an_image_and_gets_a_complete_manifest_set() {
             .expect("Containerfile");
     assert!(k.contains("runAsUser: 10001"), "{k}");
     assert!(containerfile.contains("--uid 10001") && containerfile.contains("USER 10001"));
+    // An agent loopflow knows no keys of gets the whole Secret, optional.
+    let cfg = p.read(".loopflow/loops/l/loop.toml");
+    p.write(
+        ".loopflow/loops/l/loop.toml",
+        &cfg.replace(
+            "preset = \"gemini\"",
+            "command = [\"my-agent\", \"{{prompt}}\"]",
+        ),
+    );
+    let r = print(&p, "kubernetes", &["--image", "registry.example.org/lf:1"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("envFrom:\n                - secretRef:\n                    name: loopflow-l-agent\n                    optional: true"),
+        "{}",
+        r.stdout
+    );
     if have("kubernetes-validate") {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("k.yaml");
-        std::fs::write(&f, k).unwrap();
-        let out = Command::new("kubernetes-validate")
-            .arg("--strict")
-            .arg(&f)
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && said.matches("passed").count() == 2,
-            "{said}"
-        );
+        for text in [k.as_str(), r.stdout.as_str()] {
+            let dir = tempfile::tempdir().unwrap();
+            let f = dir.path().join("k.yaml");
+            std::fs::write(&f, text).unwrap();
+            let out = Command::new("kubernetes-validate")
+                .arg("--strict")
+                .arg(&f)
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && said.matches("passed").count() == 2,
+                "{said}"
+            );
+        }
     }
 }
 
