@@ -201,7 +201,23 @@ fn parse_node(id: Str, t: &Table<'_, '_>, diags: &mut Diagnostics) -> Node {
     let mut spec: Option<Box<dyn NodeSpec>> = None;
     match (&kind, registered) {
         (None, _) => {
-            if t.get("kind").is_none() {
+            // `knd = "gate"`: say that, rather than that `kind` is missing.
+            let misspelt = t
+                .table
+                .iter()
+                .find(|(k, _)| suggest(k.get_ref(), ["kind"]).is_some());
+            if let Some((k, _)) = misspelt.filter(|_| t.get("kind").is_none()) {
+                diags.push(
+                    Diagnostic::error(
+                        Code::UnknownKey,
+                        src,
+                        k.span(),
+                        format!("unknown key `{}.{}`", t.path, k.get_ref()),
+                    )
+                    .label("not a key loopflow knows here")
+                    .help("did you mean `kind`? Every node needs one"),
+                );
+            } else if t.get("kind").is_none() {
                 // Guess the kind from the keys that are there.
                 let example = if t.get("argv").is_some() {
                     "kind = \"command\""

@@ -367,3 +367,22 @@ fn ten_thousand_findings_render_quickly() {
     // Generous (a loaded debug build): it took a minute when each snippet walked the file.
     assert!(took < std::time::Duration::from_secs(20), "{took:?}");
 }
+
+/// A misspelt `kind` is an unknown key with the right one named, not a missing `kind`
+/// and silence about the key that is there.
+#[test]
+fn a_misspelt_kind_is_named() {
+    let p = Project::new();
+    p.write(
+        "p.toml",
+        "[nodes.g]\nknd = \"gate\"\n[nodes.c]\nkind = \"commit\"\nneeds = [\"g\"]\n",
+    );
+    let r = p.lf(&["check", "p.toml", "--format", "json"]);
+    assert_eq!(
+        found(&r),
+        [(2, 1, "unknown-key".to_string())],
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("did you mean `kind`?"), "{}", r.stdout);
+}
