@@ -277,6 +277,7 @@ pub fn graph(a: GraphArgs) -> i32 {
     };
     let mut diags = Diagnostics::default();
     let p = Pipeline::load(&src, &mut diags);
+    diags.finish();
     let Some(p) = p.filter(|_| !diags.has_errors()) else {
         eprint!("{}", render(&diags, Format::Human, false));
         return exit::CONFIG;
