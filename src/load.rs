@@ -35,7 +35,8 @@ pub enum LoadError {
 }
 
 /// What a `loop.toml` names as its pipeline, read and validated: the pipeline when it
-/// has a DAG, else the draft (so its roles can still be checked), else nothing.
+/// has a DAG, else the draft (so its roles can still be checked), else nothing (the file
+/// cannot be read).
 enum PipelineRead {
     Valid(Box<Pipeline>),
     Invalid(Box<Draft>),
@@ -81,12 +82,9 @@ fn read_pipeline(
             return PipelineRead::Unreadable;
         }
     };
-    match Draft::parse(&src, diags) {
-        None => PipelineRead::Unreadable,
-        Some(d) => match d.validate(diags) {
-            Ok(p) => PipelineRead::Valid(Box::new(p)),
-            Err(d) => PipelineRead::Invalid(d),
-        },
+    match Draft::parse(&src, diags).validate(diags) {
+        Ok(p) => PipelineRead::Valid(Box::new(p)),
+        Err(d) => PipelineRead::Invalid(d),
     }
 }
 
@@ -215,9 +213,7 @@ pub fn check_unreadable(path: &Path, name: String, e: &std::io::Error, diags: &m
 
 /// `check` of a pipeline's text.
 pub fn check_pipeline(src: &SourceRef, diags: &mut Diagnostics) {
-    if let Some(d) = Draft::parse(src, diags) {
-        let _ = d.validate(diags);
-    }
+    let _ = Draft::parse(src, diags).validate(diags);
 }
 
 /// `check` of a loop config read as far as it goes: its pipeline, and the cross-checks

@@ -25,7 +25,7 @@ impl Draft {
     /// Parses a pipeline file, pushing every problem into `diags`. A file with syntax
     /// errors is read as far as it parses (what it holds is still checked); callers look
     /// at the diagnostics before running anything.
-    pub fn parse(source: &SourceRef, diags: &mut Diagnostics) -> Option<Draft> {
+    pub fn parse(source: &SourceRef, diags: &mut Diagnostics) -> Draft {
         let (doc, _) = toml_read::parse_partial(source, diags);
         let root = Table::new(source, doc.get_ref(), 0..0, "");
         root.deny_unknown(&["name", "description", "nodes"], diags);
@@ -71,13 +71,13 @@ impl Draft {
             ),
             None => {}
         }
-        Some(Draft {
+        Draft {
             source: source.clone(),
             name,
             description,
             nodes,
             index,
-        })
+        }
     }
 
     /// Builds the DAG and runs every check that needs it. `Err` gives the draft back when
