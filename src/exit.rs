@@ -2,7 +2,8 @@
 
 /// The tick ran, skipped or halted cleanly; a check found no errors.
 pub const OK: i32 = 0;
-/// A yes/no command answered "no" (`can-continue`, `can-edit`), or `approve` was refused.
+/// A yes/no command answered "no" (`can-continue`, `can-edit`, `drift --check`), or
+/// `approve` was refused.
 pub const NO: i32 = 1;
 /// Usage error: bad flags, an invalid loop name.
 pub const USAGE: i32 = 2;

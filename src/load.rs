@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
 
-use crate::config::LoopConfig;
+use crate::config::{LoopConfig, Partial};
 use crate::diag::{Code, Diagnostic, Diagnostics, Source, SourceRef, list, suggest};
 use crate::pipeline::{Draft, Pipeline, TemplatePlace, View};
 use crate::state::LoopPaths;
@@ -35,7 +35,8 @@ pub enum LoadError {
 }
 
 /// What a `loop.toml` names as its pipeline, read and validated: the pipeline when it
-/// has a DAG, else the draft (so its roles can still be checked), else nothing.
+/// has a DAG, else the draft (so its roles can still be checked), else nothing (the file
+/// cannot be read).
 enum PipelineRead {
     Valid(Box<Pipeline>),
     Invalid(Box<Draft>),
@@ -81,12 +82,9 @@ fn read_pipeline(
             return PipelineRead::Unreadable;
         }
     };
-    match Draft::parse(&src, diags) {
-        None => PipelineRead::Unreadable,
-        Some(d) => match d.validate(diags) {
-            Ok(p) => PipelineRead::Valid(Box::new(p)),
-            Err(d) => PipelineRead::Invalid(d),
-        },
+    match Draft::parse(&src, diags).validate(diags) {
+        Ok(p) => PipelineRead::Valid(Box::new(p)),
+        Err(d) => PipelineRead::Invalid(d),
     }
 }
 
@@ -99,12 +97,12 @@ pub fn load(
 ) -> Result<Loaded, LoadError> {
     let mut diags = Diagnostics::default();
     let cfg_path = paths.config();
-    let config = match LoopConfig::read(&cfg_path, base, &mut diags) {
+    let partial = match LoopConfig::read_partial(&cfg_path, base, &mut diags) {
         Ok(c) => c,
         Err(e) => return Err(read_error(&cfg_path, base, e)),
     };
-    let Some(config) = config else {
-        diags.sort();
+    let Some(Partial { config, complete }) = partial else {
+        diags.finish();
         return Err(LoadError::Config(diags));
     };
     let pipeline = read_pipeline(&config, pipeline_arg, base, &mut diags);
@@ -120,18 +118,19 @@ pub fn load(
             cross_check(&config, &d.view(), &d.source.name, base, &mut diags);
             None
         }
-        PipelineRead::Unreadable => None,
+        PipelineRead::Unreadable => {
+            check_prompt_files(&config, base, &mut diags);
+            None
+        }
     };
+    diags.finish();
     match pipeline {
-        Some(pipeline) if !diags.has_errors() => Ok(Loaded {
+        Some(pipeline) if complete && !diags.has_errors() => Ok(Loaded {
             config,
             pipeline,
             pipeline_path,
         }),
-        _ => {
-            diags.sort();
-            Err(LoadError::Config(diags))
-        }
+        _ => Err(LoadError::Config(diags)),
     }
 }
 
@@ -140,13 +139,12 @@ pub fn load(
 pub fn config(paths: &LoopPaths, base: &Path) -> Result<LoopConfig, LoadError> {
     let mut diags = Diagnostics::default();
     let path = paths.config();
-    match LoopConfig::read(&path, base, &mut diags) {
-        Ok(Some(c)) if !diags.has_errors() => Ok(c),
-        Ok(_) => {
-            diags.sort();
-            Err(LoadError::Config(diags))
-        }
-        Err(e) => Err(read_error(&path, base, e)),
+    let partial = LoopConfig::read_partial(&path, base, &mut diags)
+        .map_err(|e| read_error(&path, base, e))?;
+    diags.finish();
+    match partial {
+        Some(p) if p.complete && !diags.has_errors() => Ok(p.config),
+        _ => Err(LoadError::Config(diags)),
     }
 }
 
@@ -156,31 +154,162 @@ pub fn config(paths: &LoopPaths, base: &Path) -> Result<LoopConfig, LoadError> {
 pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics, explained: &mut Vec<String>) {
     if !is_loop_config(path) {
         match Source::read(path, base) {
-            Ok(src) => {
-                if let Some(d) = Draft::parse(&src, diags) {
-                    let _ = d.validate(diags);
-                }
-            }
+            Ok(src) => check_pipeline(&src, diags),
             Err(e) => diags.push(io_diag(path, base, &e)),
         }
         return;
     }
-    let cfg = match LoopConfig::read(path, base, diags) {
-        Err(e) => {
-            diags.push(io_diag(path, base, &e));
-            return;
-        }
-        Ok(None) => return,
-        Ok(Some(cfg)) => cfg,
-    };
-    match read_pipeline(&cfg, None, base, diags) {
-        PipelineRead::Valid(p) => {
-            cross_check(&cfg, &p.view(), &p.source.name, base, diags);
-            explained.push(explain(&cfg, &p));
-        }
-        PipelineRead::Invalid(d) => cross_check(&cfg, &d.view(), &d.source.name, base, diags),
-        PipelineRead::Unreadable => {}
+    match LoopConfig::read_partial(path, base, diags) {
+        Err(e) => diags.push(io_diag(path, base, &e)),
+        Ok(None) => {}
+        Ok(Some(p)) => check_config(&p, base, diags, explained),
     }
+}
+
+/// `check` of a file given as text (`check -`): a loop config when its name says so
+/// (`loop.toml`, `loop.json`), else when its top-level keys are a loop config's (and it
+/// has no `nodes`), else a pipeline. `path` is where it would live, `name` what
+/// diagnostics call it.
+pub fn check_text(
+    text: String,
+    path: &Path,
+    name: String,
+    base: &Path,
+    diags: &mut Diagnostics,
+    explained: &mut Vec<String>,
+) {
+    if is_loop_config(path) || (!is_toml_named(path) && looks_like_loop_config(&text)) {
+        if let Some(p) = LoopConfig::from_text(text, path, name, diags) {
+            check_config(&p, base, diags, explained);
+        }
+    } else {
+        check_pipeline(&Source::new(name, path, text), diags);
+    }
+}
+
+/// A `*.toml` name other than loop.toml: a pipeline, as on disk.
+fn is_toml_named(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "toml") && !is_loop_config(p)
+}
+
+/// Whether a document's top-level keys are those of a loop config: any of them, and no
+/// `nodes` (which only a pipeline has). Read as far as it parses.
+fn looks_like_loop_config(text: &str) -> bool {
+    let (doc, _) = toml::de::DeTable::parse_recoverable(text);
+    let doc = doc.get_ref();
+    doc.get("nodes").is_none()
+        && crate::config::TOP_LEVEL_KEYS
+            .iter()
+            .any(|k| doc.get(*k).is_some())
+}
+
+/// A file given to `check` (stdin) that could not be read.
+pub fn check_unreadable(path: &Path, name: String, e: &std::io::Error, diags: &mut Diagnostics) {
+    let mut d = io_diag(path, path.parent().unwrap_or(path), e);
+    d.source = Source::new(name.clone(), path, "");
+    d.message = format!("cannot read {name}: {}", io_reason(e));
+    diags.push(d);
+}
+
+/// `check` of a pipeline's text.
+pub fn check_pipeline(src: &SourceRef, diags: &mut Diagnostics) {
+    let _ = Draft::parse(src, diags).validate(diags);
+}
+
+/// `check` of a loop config read as far as it goes: its pipeline, and the cross-checks
+/// against it, run even when the config itself is broken (a typo in `[brakes]` must not
+/// hide a missing prompt).
+pub fn check_config(
+    p: &Partial,
+    base: &Path,
+    diags: &mut Diagnostics,
+    explained: &mut Vec<String>,
+) {
+    let cfg = &p.config;
+    match read_pipeline(cfg, None, base, diags) {
+        PipelineRead::Valid(pl) => {
+            cross_check(cfg, &pl.view(), &pl.source.name, base, diags);
+            if p.complete {
+                explained.push(explain(cfg, &pl));
+            }
+        }
+        PipelineRead::Invalid(d) => cross_check(cfg, &d.view(), &d.source.name, base, diags),
+        PipelineRead::Unreadable => check_prompt_files(cfg, base, diags),
+    }
+}
+
+/// Without a pipeline to say which roles run, every configured role's prompt files must
+/// at least exist.
+fn check_prompt_files(lc: &LoopConfig, base: &Path, diags: &mut Diagnostics) {
+    for role in lc.roles.values() {
+        for (what, file) in [
+            ("prompt file", &role.prompt),
+            ("compaction prompt", &role.compaction_prompt),
+        ] {
+            if let Some((path, lit)) = file
+                && !path.is_file()
+            {
+                diags.push(missing_prompt(lc, what, path, lit, base));
+            }
+        }
+    }
+}
+
+/// A prompt file that does not exist, with the nearest file of its directory as a
+/// suggestion.
+fn missing_prompt(
+    lc: &LoopConfig,
+    what: &str,
+    path: &Path,
+    lit: &crate::toml_read::Str,
+    base: &Path,
+) -> Diagnostic {
+    let d = Diagnostic::error(
+        Code::MissingPrompt,
+        &lc.source,
+        lit.span.clone(),
+        format!(
+            "{what} `{}` does not exist",
+            crate::diag::display_name(path, base)
+        ),
+    )
+    .label("no such file");
+    if let Some(near) = nearest_file(path) {
+        let written = Path::new(&lit.value).with_file_name(&near);
+        return d.help(format!(
+            "did you mean `{}`? (relative prompt paths resolve against {})",
+            written.display(),
+            crate::diag::display_name(&lc.dir, base)
+        ));
+    }
+    let hint = if what == "compaction prompt" {
+        "create the file (see prompts/compaction.md) or remove `compaction_prompt`".to_string()
+    } else {
+        "create the file or fix the path".to_string()
+    };
+    match path.parent().filter(|d| !d.is_dir()) {
+        Some(dir) => d.help(format!(
+            "{hint}; the directory {} does not exist either (relative prompt paths resolve against {})",
+            crate::diag::display_name(dir, base),
+            crate::diag::display_name(&lc.dir, base)
+        )),
+        None => d.help(format!(
+            "{hint}; relative prompt paths resolve against {}",
+            crate::diag::display_name(&lc.dir, base)
+        )),
+    }
+}
+
+/// The file in `path`'s directory whose name is nearest to `path`'s, if one is close.
+fn nearest_file(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let names: Vec<String> = std::fs::read_dir(path.parent()?)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    suggest(name, names.iter().map(String::as_str)).map(str::to_string)
 }
 
 /// Whether `p` names a loop config (`loop.toml`, or a predecessor `loop.json`).
@@ -357,40 +486,16 @@ pub fn cross_check(
                     .or_insert_with(|| Source::read(path, base).ok())
                     .clone();
                 match src {
-                    None => diags.push(
-                        Diagnostic::error(
-                            Code::MissingPrompt,
-                            &lc.source,
-                            lit.span.clone(),
-                            format!("prompt file `{}` does not exist", crate::diag::display_name(path, base)),
-                        )
-                        .label("no such file")
-                        .help(format!(
-                            "relative prompt paths resolve against {}; create the file or fix the path",
-                            crate::diag::display_name(&lc.dir, base)
-                        )),
-                    ),
-                    Some(src) => view.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags),
+                    None => diags.push(missing_prompt(lc, "prompt file", path, lit, base)),
+                    Some(src) => {
+                        view.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags)
+                    }
                 }
             }
         }
         if let Some((path, lit)) = &cfg.compaction_prompt {
             match Source::read(path, base) {
-                Err(_) => diags.push(
-                    Diagnostic::error(
-                        Code::MissingPrompt,
-                        &lc.source,
-                        lit.span.clone(),
-                        format!(
-                            "compaction prompt `{}` does not exist",
-                            crate::diag::display_name(path, base)
-                        ),
-                    )
-                    .label("no such file")
-                    .help(
-                        "create the file (see prompts/compaction.md) or remove `compaction_prompt`",
-                    ),
-                ),
+                Err(_) => diags.push(missing_prompt(lc, "compaction prompt", path, lit, base)),
                 Ok(src) => view.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags),
             }
         }

@@ -264,7 +264,8 @@ pub mod files {
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     pub struct HarnessFile {
-        /// An agent preset; keys set next to it (command, model_args, usage) override it.
+        /// An agent preset; `model_args` and `usage` set next to it override its own. Not with
+        /// `command` (that is your own agent: write it without `preset`).
         pub preset: Option<PresetName>,
         /// The agent's argv; each element is a handlebars template, never run through a shell.
         pub command: Option<Vec<String>>,

@@ -22,6 +22,11 @@ pub struct Str {
 pub fn parse<'s>(source: &'s SourceRef, diags: &mut Diagnostics) -> Option<Spanned<DeTable<'s>>> {
     let (table, errors) = DeTable::parse_recoverable(&source.text);
     let had_errors = !errors.is_empty();
+    report(source, errors, diags);
+    (!had_errors).then_some(table)
+}
+
+fn report(source: &SourceRef, errors: Vec<toml::de::Error>, diags: &mut Diagnostics) {
     for e in errors {
         let span = e.span().unwrap_or(0..0);
         let message = e.message().trim().to_string();
@@ -41,7 +46,58 @@ pub fn parse<'s>(source: &'s SourceRef, diags: &mut Diagnostics) -> Option<Spann
         });
         diags.push(d);
     }
-    (!had_errors).then_some(table)
+}
+
+/// Parses a document as far as it goes: every syntax error is reported, and the table
+/// comes back even when there were some, without the values a syntax error touches (the
+/// parser's stand-ins for them would be reported as wrong types). `.1` is whether there
+/// were syntax errors: checks of what seems *absent* then say nothing, see
+/// [`Diagnostics::drop_syntax_echoes`].
+pub fn parse_partial<'s>(
+    source: &'s SourceRef,
+    diags: &mut Diagnostics,
+) -> (Spanned<DeTable<'s>>, bool) {
+    let (mut table, errors) = DeTable::parse_recoverable(&source.text);
+    let spans: Vec<Range<usize>> = errors.iter().map(|e| e.span().unwrap_or(0..0)).collect();
+    let had_errors = !errors.is_empty();
+    report(source, errors, diags);
+    diags.scan_ignores(source);
+    if had_errors {
+        strip(table.get_mut(), &source.text, &spans);
+    }
+    (table, had_errors)
+}
+
+/// Whether a value spanning `v` is touched by a syntax error (an empty error span is a
+/// point; one at the value's end counts, e.g. an unclosed string).
+fn touched(v: &Range<usize>, errors: &[Range<usize>]) -> bool {
+    v.is_empty()
+        || errors.iter().any(|e| {
+            if e.is_empty() {
+                v.start <= e.start && e.start <= v.end
+            } else {
+                e.start < v.end && v.start < e.end
+            }
+        })
+}
+
+/// Removes every value a syntax error touches, recursing into `[table]`s (whose span is
+/// only their header) and dropping inline tables and arrays whole.
+fn strip(t: &mut DeTable<'_>, text: &str, errors: &[Range<usize>]) {
+    for (k, mut v) in std::mem::take(t) {
+        let span = v.span();
+        let inline = text.get(span.start..).is_some_and(|s| s.starts_with('{'));
+        let keep = match v.get_mut() {
+            DeValue::Table(sub) if !inline => {
+                strip(sub, text, errors);
+                true
+            }
+            _ => !touched(&span, errors),
+        };
+        if keep {
+            t.insert(k, v);
+        }
+    }
 }
 
 /// A view of one table being read: `path` is its dotted name (for messages).

@@ -1,7 +1,10 @@
 //! `loopflow worktree gc`: prunes the worktrees and `loopflow/*` branches of loops that
-//! were deleted or have been idle longer than a maximum age. A worktree with uncommitted
-//! changes is never removed without `--force`, and a branch with commits that are not
-//! merged into the main checkout's HEAD is kept (git's own `branch -d` rule) unless forced.
+//! were deleted, and (with `--include-idle`) of live loops idle longer than a maximum age.
+//! A worktree with uncommitted changes is never removed without `--force`, and a branch
+//! with commits that are not merged into the main checkout's HEAD is kept (git's own
+//! `branch -d` rule) unless forced. A live loop without its worktree skips every tick
+//! (`worktree_missing`), so its worktree stays unless asked; `worktree restore` brings a
+//! removed one back.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -72,11 +75,28 @@ fn loop_branches(project: &Path) -> Result<Vec<String>, GitError> {
         .collect())
 }
 
+/// Why a loop's worktree may go.
+enum Stale {
+    /// The loop is gone: nothing will ever tick in it.
+    Deleted,
+    /// A live loop that has not ticked for this long.
+    Idle(String),
+}
+
+impl Stale {
+    fn why(&self) -> String {
+        match self {
+            Stale::Deleted => "loop deleted".into(),
+            Stale::Idle(d) => d.clone(),
+        }
+    }
+}
+
 /// Why a loop's worktree may go, or `None` when it stays.
-fn stale(project: &Path, name: &str, max_age: Duration) -> Option<String> {
+fn stale(project: &Path, name: &str, max_age: Duration) -> Option<Stale> {
     let paths = LoopPaths::new(project, name);
     if !paths.state.exists() {
-        return Some("loop deleted".into());
+        return Some(Stale::Deleted);
     }
     let state = paths.load().ok()?;
     if paths.tick_running().unwrap_or(true) {
@@ -89,7 +109,7 @@ fn stale(project: &Path, name: &str, max_age: Duration) -> Option<String> {
     let at: jiff::Timestamp = last.parse().ok()?;
     let idle = jiff::Timestamp::now().duration_since(at);
     let idle = Duration::try_from(idle).ok()?;
-    (idle >= max_age).then(|| format!("idle {}d", idle.as_secs() / 86400))
+    (idle >= max_age).then(|| Stale::Idle(format!("idle {}d", idle.as_secs() / 86400)))
 }
 
 fn dirty(wt: &Path) -> Result<bool, GitError> {
@@ -101,6 +121,8 @@ pub struct GcOptions {
     pub max_age: Duration,
     pub force: bool,
     pub dry_run: bool,
+    /// Also prune live loops idle longer than `max_age` (they then skip until restored).
+    pub include_idle: bool,
 }
 
 /// What gc did, one line each, and whether anything was kept back.
@@ -134,10 +156,18 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
         else {
             continue;
         };
-        let Some(why) = stale(project, name, o.max_age) else {
+        let Some(stale) = stale(project, name, o.max_age) else {
             continue;
         };
         handled.push(name.to_string());
+        let why = stale.why();
+        if matches!(stale, Stale::Idle(_)) && !o.include_idle {
+            lines.push(format!(
+                "kept worktree {} (loop {name}, {why}): the loop still exists and would skip every tick without it; pass --include-idle to remove it (`loopflow worktree restore --loop {name}` brings it back)",
+                w.path.display()
+            ));
+            continue;
+        }
         if w.path.exists() && dirty(&w.path)? && !o.force {
             kept += 1;
             lines.push(format!(
@@ -182,16 +212,23 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
         {
             continue;
         }
-        if stale(project, name, o.max_age).is_none() {
-            continue;
+        match stale(project, name, o.max_age) {
+            None => continue,
+            Some(Stale::Idle(_)) if !o.include_idle => continue,
+            Some(_) => {}
         }
         delete_branch(project, name, o, &mut lines, &mut kept)?;
     }
     if lines.is_empty() {
-        lines.push(format!(
-            "nothing to prune (no deleted loop, none idle longer than {}d)",
-            o.max_age.as_secs() / 86400
-        ));
+        lines.push(if o.include_idle {
+            format!(
+                "nothing to prune (no deleted loop, none idle longer than {}d)",
+                o.max_age.as_secs() / 86400
+            )
+        } else {
+            "nothing to prune (no deleted loop; idle loops are pruned only with --include-idle)"
+                .to_string()
+        });
     }
     Ok(GcReport { lines, kept })
 }
@@ -226,4 +263,98 @@ fn delete_branch(
         ));
     }
     Ok(())
+}
+
+/// Why `worktree restore` could not bring a worktree back.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    #[error("a tick of loop {0} is running; try again when it ends")]
+    Busy(String),
+    #[error("{} exists and is not a git worktree; move it away, then run restore again", .0.display())]
+    InTheWay(PathBuf),
+}
+
+/// What `worktree restore` did.
+pub struct Restored {
+    pub path: PathBuf,
+    pub branch: String,
+    /// False when the worktree was there already (nothing was done).
+    pub created: bool,
+    /// Whether the branch existed (else it was made from HEAD).
+    pub branch_existed: bool,
+}
+
+/// Re-creates a loop's worktree at `.loopflow/loops/<name>/worktree` on `loopflow/<name>`
+/// (the branch if it exists, else a new one from HEAD) and points the state's
+/// `worktree_path` at it. Holds the tick lock, so no tick runs meanwhile.
+pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
+    let _lock = paths
+        .try_lock_tick()?
+        .ok_or_else(|| RestoreError::Busy(paths.name.clone()))?;
+    let state = paths.load()?;
+    let branch = format!("loopflow/{}", paths.name);
+    let current = dir(paths, &state);
+    let known = list(&paths.project)?;
+    let registered = |p: &Path| {
+        let canon = p.canonicalize().ok();
+        known
+            .iter()
+            .any(|w| Some(&w.path) == canon.as_ref() || w.path == p)
+    };
+    if current.join(".git").exists() && registered(&current) {
+        return Ok(Restored {
+            path: current,
+            branch,
+            created: false,
+            branch_existed: true,
+        });
+    }
+    let target = paths.worktree.clone();
+    let occupied = std::fs::read_dir(&target).is_ok_and(|mut d| d.next().is_some());
+    if occupied {
+        return Err(RestoreError::InTheWay(target));
+    }
+    // Records of worktrees whose directory is gone would make `worktree add` refuse.
+    ok(
+        git(&paths.project, &["worktree", "prune"])?,
+        "worktree prune",
+    )?;
+    let branch_existed = git(
+        &paths.project,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("refs/heads/{branch}"),
+        ],
+    )?
+    .status
+    .success();
+    let t = target.display().to_string();
+    let args: Vec<&str> = if branch_existed {
+        vec!["worktree", "add", "--quiet", &t, &branch]
+    } else {
+        vec!["worktree", "add", "--quiet", "-b", &branch, &t, "HEAD"]
+    };
+    ok(git(&paths.project, &args)?, "worktree add")?;
+    let path = target.canonicalize().unwrap_or(target);
+    let shown = path.display().to_string();
+    paths.update(|s| s.worktree_path = Some(shown.clone()))?;
+    let _ = paths.log(
+        Event::Worktree,
+        &[
+            LogArg::Kv("restored", shown),
+            LogArg::Kv("branch", branch.clone()),
+        ],
+    );
+    Ok(Restored {
+        path,
+        branch,
+        created: true,
+        branch_existed,
+    })
 }

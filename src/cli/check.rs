@@ -10,9 +10,14 @@ use crate::pipeline::Pipeline;
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// Pipeline files, loop.toml files, or directories to search for them. Default: the
-    /// project's pipelines/ and every loop's loop.toml.
+    /// Pipeline files, loop.toml files, or directories to search for them; `-` reads one
+    /// file from stdin. Default: the project's pipelines/ and every loop's loop.toml.
     pub paths: Vec<PathBuf>,
+    /// The name of the file read from stdin (`check -`), used in diagnostics; relative
+    /// paths in it (prompts, pipeline) resolve against its directory. A name ending in
+    /// loop.toml makes it a loop config; otherwise its top-level keys decide.
+    #[arg(long, value_name = "PATH")]
+    pub stdin_name: Option<PathBuf>,
     /// Output format: human (source snippets), json, github (workflow annotations), sarif.
     #[arg(long, value_enum, default_value = "human")]
     pub format: Format,
@@ -150,8 +155,15 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
     } else {
         a.paths.clone()
     };
+    let mut stdin = false;
     for p in &roots {
-        if p.is_dir() {
+        if p.as_os_str() == "-" {
+            if stdin {
+                eprintln!("error: `-` (stdin) given twice");
+                return exit::USAGE;
+            }
+            stdin = true;
+        } else if p.is_dir() {
             collect(p, &mut files);
         } else if p.exists() {
             files.push(p.clone());
@@ -173,12 +185,20 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
             return exit::USAGE;
         }
     }
+    if a.stdin_name.is_some() && !stdin {
+        eprintln!("error: --stdin-name names the file read from stdin; give `-` as a path too");
+        return exit::USAGE;
+    }
     files.dedup();
     let mut diags = Diagnostics::default();
     let mut explained = Vec::new();
+    if stdin {
+        check_stdin(a.stdin_name.as_deref(), &base, &mut diags, &mut explained);
+    }
     for f in &files {
         crate::load::check_file(f, &base, &mut diags, &mut explained);
     }
+    let checked = files.len() + usize::from(stdin);
     if a.explain {
         // On stdout for people; on stderr when stdout is a machine format.
         let text = explained.concat();
@@ -191,15 +211,16 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
             eprint!("{text}");
         }
     }
-    diags.sort();
+    diags.finish();
     let color = super::use_color(std::io::IsTerminal::is_terminal(&std::io::stdout()));
-    let rendered = render(&diags, a.format, color);
+    let rendered = match a.format {
+        // Code scanning resolves result paths against the repository: the project root.
+        Format::Sarif => crate::diag::render_sarif(&diags, project),
+        f => render(&diags, f, color),
+    };
     if a.format == Format::Human {
         if diags.is_empty() {
-            out(&format!(
-                "checked {} file(s): no problems found\n",
-                files.len()
-            ));
+            out(&format!("checked {checked} file(s): no problems found\n"));
         } else {
             out(&rendered);
         }
@@ -210,6 +231,39 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
         exit::CONFIG
     } else {
         exit::OK
+    }
+}
+
+/// `check -`: one file from stdin, named by `--stdin-name` (default `<stdin>`).
+fn check_stdin(
+    name: Option<&Path>,
+    base: &Path,
+    diags: &mut Diagnostics,
+    explained: &mut Vec<String>,
+) {
+    use std::io::Read;
+    let shown = name.map_or("<stdin>".to_string(), |n| n.display().to_string());
+    // Where the file would live: relative paths in it resolve against its directory.
+    let path = name.map_or_else(|| base.join("<stdin>"), |n| base.join(n));
+    let max = crate::fs_safe::TEXT_MAX;
+    let mut bytes = Vec::new();
+    let read = std::io::stdin()
+        .lock()
+        .take(max + 1)
+        .read_to_end(&mut bytes)
+        .and_then(|n| {
+            if n as u64 > max {
+                return Err(std::io::Error::other(format!(
+                    "larger than {} MiB; loopflow does not read files that large",
+                    max >> 20
+                )));
+            }
+            String::from_utf8(bytes)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        });
+    match read {
+        Ok(text) => crate::load::check_text(text, &path, shown, base, diags, explained),
+        Err(e) => crate::load::check_unreadable(&path, shown, &e, diags),
     }
 }
 
@@ -224,6 +278,7 @@ pub fn graph(a: GraphArgs) -> i32 {
     };
     let mut diags = Diagnostics::default();
     let p = Pipeline::load(&src, &mut diags);
+    diags.finish();
     let Some(p) = p.filter(|_| !diags.has_errors()) else {
         eprint!("{}", render(&diags, Format::Human, false));
         return exit::CONFIG;

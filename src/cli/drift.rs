@@ -1,6 +1,7 @@
 //! `loopflow drift`: docs whose recorded last-read commit is older than the last change to
 //! the code they describe, one JSON line each (`{"id", "title"}`), so an audit work source
-//! (the design-update template) reads them as tasks.
+//! (the design-update template) reads them as tasks. `--check` makes drift fail CI: exit 1
+//! when any doc drifted.
 
 use std::path::PathBuf;
 
@@ -18,13 +19,23 @@ pub struct DriftArgs {
     /// loop's worktree when an audit runs it; --project is not used).
     #[arg(long, value_name = "DIR", default_value = ".")]
     pub repo: PathBuf,
+    /// Exit 1 when any doc drifted, 0 when none did (for CI); the same lines are printed.
+    #[arg(long)]
+    pub check: bool,
 }
 
 pub fn drift(a: DriftArgs) -> i32 {
     match crate::drift::find(&a.repo, &a.dirs) {
         Ok(found) => {
-            for d in found {
+            for d in &found {
                 println!("{}", d.task_json());
+            }
+            if a.check && !found.is_empty() {
+                eprintln!(
+                    "error: {} doc(s) drifted from the code they describe; update each and its `last-read-sha`",
+                    found.len()
+                );
+                return exit::NO;
             }
             exit::OK
         }

@@ -1,12 +1,10 @@
 //! Isolation and scheduling commands: `schedule print|install|uninstall` and
-//! `worktree gc`.
+//! `worktree gc|restore`.
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 
-use crate::config::LoopConfig;
-use crate::diag::Diagnostics;
 use crate::exit;
 use crate::schedule::{self, Platform, Target};
 use crate::state::{Event, LoopPaths, check_loop_name};
@@ -38,6 +36,132 @@ pub struct ScheduleTarget {
     /// The scheduler; `auto` picks this machine's native one.
     #[arg(long, value_enum, default_value = "auto")]
     pub platform: Platform,
+    /// github-actions: the git repository the workflow installs this loopflow from, at
+    /// the running version's tag (`cargo install --locked --git URL --tag vX.Y.Z`).
+    /// Default: the repository named in loopflow's Cargo.toml, if any.
+    #[arg(long, value_name = "URL", env = "LOOPFLOW_REPO")]
+    pub repo: Option<String>,
+    /// github-actions: a released loopflow binary (a file, or a .tar.gz holding
+    /// `loopflow`) the workflow downloads instead of building from --repo.
+    #[arg(long, value_name = "URL", env = "LOOPFLOW_BINARY_URL")]
+    pub binary_url: Option<String>,
+    /// github-actions: the SHA-256 of the --binary-url download, checked before use.
+    #[arg(long, value_name = "HEX", requires = "binary_url")]
+    pub binary_sha256: Option<String>,
+    /// kubernetes (required there): the container image that runs the tick; it must hold
+    /// loopflow, git and the agent (the repository's Containerfile builds one).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// github-actions, kubernetes: one more environment variable for the agent, taken
+    /// from a secret of the same name (repeatable). The agents' own API-key variables
+    /// are added without it.
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+}
+
+/// The repository loopflow's Cargo.toml names, when it names one.
+fn own_repository() -> Option<String> {
+    option_env!("CARGO_PKG_REPOSITORY")
+        .filter(|r| !r.is_empty())
+        .map(str::to_string)
+}
+
+/// What GitHub Actions and Kubernetes need beyond the tick's argv, from the flags and the
+/// loop's config and pipeline. Usage errors (exit 2) say which flag is missing.
+fn remote(
+    t: &ScheduleTarget,
+    p: Platform,
+    loaded: &crate::load::Loaded,
+) -> Result<schedule::Remote, String> {
+    let github = p == Platform::GithubActions;
+    let kube = p == Platform::Kubernetes;
+    let only = |flag: &str, set: bool, applies: bool, to: &str| {
+        if set && !applies {
+            Err(format!("{flag} applies to --platform {to} only"))
+        } else {
+            Ok(())
+        }
+    };
+    // --repo and --binary-url may come from the environment, set for every platform:
+    // the others ignore them.
+    only("--image", t.image.is_some(), kube, "kubernetes")?;
+    only(
+        "--secret",
+        !t.secrets.is_empty(),
+        github || kube,
+        "github-actions or kubernetes",
+    )?;
+    let version = env!("CARGO_PKG_VERSION");
+    let install = if !github {
+        None
+    } else if let Some(url) = &t.binary_url {
+        Some(schedule::LoopflowInstall::Binary {
+            url: url.clone(),
+            sha256: t.binary_sha256.clone(),
+        })
+    } else if let Some(repo) = t
+        .repo
+        .clone()
+        .filter(|r| !r.is_empty())
+        .or_else(own_repository)
+    {
+        Some(schedule::LoopflowInstall::Git { repo })
+    } else {
+        return Err(format!(
+            "the workflow must install this loopflow on the runner, and this build does not know where it comes from: pass --repo URL (a git repository with the tag v{version}; the workflow runs `cargo install --locked --git URL --tag v{version}`) or --binary-url URL (a released binary), or set LOOPFLOW_REPO. (`cargo install loopflow` would install an unrelated crate of the same name.)"
+        ));
+    };
+    if kube && t.image.as_deref().is_none_or(str::is_empty) {
+        return Err(
+            "--platform kubernetes needs --image IMAGE: the container image that runs the tick (build one with loopflow, git and the agent from the repository's Containerfile, e.g. `podman build -t registry.example/loopflow:VERSION .`, and push it where the cluster pulls from)".to_string(),
+        );
+    }
+    for name in &t.secrets {
+        let ok = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !ok {
+            return Err(format!(
+                "--secret {name:?}: a secret name is an environment variable name (letters, digits and `_`)"
+            ));
+        }
+    }
+    let cfg = &loaded.config;
+    let mut agents = Vec::new();
+    let mut limit = Some(std::time::Duration::ZERO);
+    for node in &loaded.pipeline.nodes {
+        let tries = node.retries.saturating_add(1);
+        let timeout = match node.spec.role() {
+            Some(role) => {
+                let agent = cfg.agent(&role.value);
+                let program = agent
+                    .command
+                    .first()
+                    .map(|t| t.text.clone())
+                    .unwrap_or_default();
+                let a = schedule::AgentUse::of(agent.preset, &program);
+                if !agents.contains(&a) {
+                    agents.push(a);
+                }
+                node.timeout
+                    .or_else(|| cfg.roles.get(&role.value).and_then(|r| r.timeout))
+                    .or(cfg.harness_timeout)
+            }
+            None if node.spec.spawns() => node.timeout,
+            None => continue,
+        };
+        limit = match (limit, timeout) {
+            (Some(sum), Some(t)) => sum.checked_add(t.saturating_mul(tries)),
+            _ => None,
+        };
+    }
+    Ok(schedule::Remote {
+        install,
+        image: t.image.clone(),
+        agents,
+        extra_secrets: t.secrets.clone(),
+        tick_limit: limit,
+    })
 }
 
 #[derive(Args, Debug)]
@@ -55,15 +179,31 @@ pub struct WorktreeArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum WorktreeAction {
-    /// Prune worktrees and loopflow/* branches of deleted or long-idle loops.
+    /// Prune worktrees and loopflow/* branches of deleted loops (and, with
+    /// --include-idle, of live loops idle longer than --max-age).
     Gc(GcArgs),
+    /// Re-create a loop's removed worktree on its branch loopflow/<loop> (or a new branch
+    /// from HEAD) and point the loop's state at it.
+    Restore(RestoreArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// The loop whose worktree to bring back.
+    #[arg(long = "loop", value_name = "NAME")]
+    pub loop_name: String,
 }
 
 #[derive(Args, Debug)]
 pub struct GcArgs {
-    /// A loop idle (no tick) for longer than this is pruned: 14d, 12h, 30m, 90s.
+    /// With --include-idle, a loop idle (no tick) for longer than this is pruned: 14d,
+    /// 12h, 30m, 90s.
     #[arg(long, default_value = "14d", value_name = "AGE")]
     pub max_age: String,
+    /// Also prune live loops idle longer than --max-age. Their ticks then skip
+    /// (`worktree_missing`) until `loopflow worktree restore --loop NAME`.
+    #[arg(long)]
+    pub include_idle: bool,
     /// Also remove worktrees with uncommitted changes and unmerged branches.
     #[arg(long)]
     pub force: bool,
@@ -72,8 +212,9 @@ pub struct GcArgs {
     pub dry_run: bool,
 }
 
-/// The loop's paths and the target its schedule fires.
-fn target(project: &Path, name: &str) -> Result<(LoopPaths, Target), i32> {
+/// The loop's paths and the target its schedule fires on platform `p`.
+fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths, Target), i32> {
+    let name = st.loop_name.as_str();
     if let Err(e) = check_loop_name(name) {
         eprintln!("error: {e}");
         return Err(exit::USAGE);
@@ -93,14 +234,18 @@ fn target(project: &Path, name: &str) -> Result<(LoopPaths, Target), i32> {
         );
         return Err(exit::USAGE);
     }
-    let mut d = Diagnostics::default();
     let base = std::env::current_dir().unwrap_or_else(|_| project.clone());
-    let cfg = match LoopConfig::read(&paths.config(), &base, &mut d) {
-        Ok(Some(c)) if !d.has_errors() => c,
-        Ok(_) => return Err(report(&RunError::Config(d))),
-        Err(e) => {
-            eprintln!("error: {}: {e}", paths.config().display());
-            return Err(exit::STATE);
+    // The pipeline too: a schedule of a loop whose ticks cannot run helps nobody, and
+    // the runners elsewhere need to know which agents its roles run.
+    let loaded = match crate::load::load(&paths, None, &base) {
+        Ok(l) => l,
+        Err(e) => return Err(report(&RunError::from(e))),
+    };
+    let remote = match remote(st, p, &loaded) {
+        Ok(r) => r,
+        Err(m) => {
+            eprintln!("error: {m}");
+            return Err(exit::USAGE);
         }
     };
     let exe = match std::env::current_exe().and_then(|p| p.canonicalize()) {
@@ -114,9 +259,10 @@ fn target(project: &Path, name: &str) -> Result<(LoopPaths, Target), i32> {
         exe,
         project: project.clone(),
         loop_name: name.to_string(),
-        interval: cfg.interval_seconds,
+        interval: loaded.config.interval_seconds,
         loop_dir: paths.dir.clone(),
         path_env: std::env::var("PATH").ok().filter(|p| !p.is_empty()),
+        remote,
     };
     Ok((paths, t))
 }
@@ -124,33 +270,41 @@ fn target(project: &Path, name: &str) -> Result<(LoopPaths, Target), i32> {
 pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
     match a.action {
         ScheduleAction::Print(t) => {
-            let (_, target) = match target(project, &t.loop_name) {
-                Ok(x) => x,
-                Err(c) => return c,
-            };
             let p = if t.platform == Platform::Auto {
                 schedule::auto()
             } else {
                 t.platform
             };
+            let (_, target) = match target(project, &t, p) {
+                Ok(x) => x,
+                Err(c) => return c,
+            };
             print!("{}", schedule::print_text(p, &target));
             exit::OK
         }
         ScheduleAction::Install(t) => {
-            let (paths, target) = match target(project, &t.loop_name) {
+            let p = if t.platform == Platform::Auto {
+                schedule::auto()
+            } else {
+                t.platform
+            };
+            let (paths, target) = match target(project, &t, p) {
                 Ok(x) => x,
                 Err(c) => return c,
             };
-            match schedule::install(t.platform, &target, &paths) {
+            match schedule::install(p, &target, &paths) {
                 Ok((r, said)) => {
                     for l in said {
                         println!("{l}");
                     }
+                    // What the platform really does: GitHub fires at most every 5 min,
+                    // cron only at intervals it can express.
+                    let (every, cadence) = schedule::cadence(r.platform, &target);
                     let _ = paths.log(
                         Event::Schedule,
                         &[
                             crate::state::LogArg::Kv("installed", r.platform.name().into()),
-                            crate::state::LogArg::Kv("every", format!("{}s", r.interval_seconds)),
+                            crate::state::LogArg::Kv("every", format!("{every}s")),
                         ],
                     );
                     let exe = r.exe.display().to_string();
@@ -160,10 +314,9 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
                         );
                     }
                     println!(
-                        "installed a {} schedule for loop {} (every {} s); undo with `loopflow schedule uninstall --loop {}`",
+                        "installed a {} schedule for loop {} ({cadence}); undo with `loopflow schedule uninstall --loop {}`",
                         r.platform.name(),
                         t.loop_name,
-                        r.interval_seconds,
                         t.loop_name
                     );
                     exit::OK
@@ -220,6 +373,7 @@ pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
                 max_age,
                 force: g.force,
                 dry_run: g.dry_run,
+                include_idle: g.include_idle,
             };
             match crate::worktree::gc(project, &o) {
                 Ok(r) => {
@@ -239,6 +393,64 @@ pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
                     exit::STATE
                 }
             }
+        }
+        WorktreeAction::Restore(r) => restore(project, &r.loop_name),
+    }
+}
+
+fn restore(project: &Path, name: &str) -> i32 {
+    if let Err(e) = check_loop_name(name) {
+        eprintln!("error: {e}");
+        return exit::USAGE;
+    }
+    let project = project.canonicalize().unwrap_or(project.to_path_buf());
+    let paths = LoopPaths::new(&project, name);
+    if !paths.state.exists() {
+        eprintln!(
+            "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",
+            project.display()
+        );
+        return exit::USAGE;
+    }
+    let base = std::env::current_dir().unwrap_or_else(|_| project.clone());
+    match crate::load::config(&paths, &base) {
+        Ok(c) if !c.worktree => {
+            eprintln!(
+                "error: loop {name} runs without a worktree (`[worktree] enabled = false` in its loop.toml); there is nothing to restore"
+            );
+            return exit::USAGE;
+        }
+        // A config that does not read does not stop the repair; the tick reports it.
+        _ => {}
+    }
+    match crate::worktree::restore(&paths) {
+        Ok(r) if !r.created => {
+            println!(
+                "loop {name}'s worktree is at {} (nothing to do)",
+                r.path.display()
+            );
+            exit::OK
+        }
+        Ok(r) => {
+            let from = if r.branch_existed {
+                "its existing branch"
+            } else {
+                "a new branch from HEAD"
+            };
+            println!(
+                "restored loop {name}'s worktree at {} on {} ({from})",
+                r.path.display(),
+                r.branch
+            );
+            exit::OK
+        }
+        Err(e @ crate::worktree::RestoreError::Busy(_)) => {
+            eprintln!("error: {e}");
+            exit::NO
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::STATE
         }
     }
 }

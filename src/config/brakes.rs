@@ -22,11 +22,14 @@ pub struct Brakes {
     pub max_consecutive_aborts: u32,
 }
 
+/// The brakes, and whether they are valid. Invalid ones (no `[brakes]`, no usable
+/// `max_iterations`) come back with a cap of 0, a placeholder that never runs: the
+/// config is then incomplete, but its other checks still happen.
 pub(super) fn read(
     root: &Table<'_, '_>,
     source: &SourceRef,
     diags: &mut Diagnostics,
-) -> Option<Brakes> {
+) -> (Brakes, bool) {
     let Some(t) = root.table("brakes", diags) else {
         if root.get("brakes").is_none() {
             diags.push(
@@ -42,7 +45,7 @@ pub(super) fn read(
                 ),
             );
         }
-        return None;
+        return (Brakes::placeholder(), false);
     };
     t.deny_unknown(
         &[
@@ -61,7 +64,12 @@ pub(super) fn read(
         diags,
     );
     let max_iterations = t.uint("max_iterations", diags);
-    if max_iterations.is_none() && t.get("max_iterations").is_none() {
+    // A misspelt `max_iteration` is already reported as an unknown key that suggests it.
+    let misspelt = t
+        .table
+        .iter()
+        .any(|(k, _)| crate::diag::suggest(k.get_ref(), ["max_iterations"]).is_some());
+    if max_iterations.is_none() && t.get("max_iterations").is_none() && !misspelt {
         t.missing("max_iterations", "max_iterations = 10", diags);
     }
     let positive = |key: &str, diags: &mut Diagnostics| -> Option<f64> {
@@ -176,8 +184,8 @@ pub(super) fn read(
         Some((n, _)) => n.min(u64::from(u32::MAX)) as u32,
         None => 3,
     };
-    Some(Brakes {
-        max_iterations: max_iterations?.0,
+    let b = Brakes {
+        max_iterations: max_iterations.as_ref().map_or(0, |m| m.0),
         max_budget_usd,
         max_tokens,
         max_seconds,
@@ -188,5 +196,25 @@ pub(super) fn read(
         run_phases,
         goal_score,
         max_consecutive_aborts,
-    })
+    };
+    (b, max_iterations.is_some())
+}
+
+impl Brakes {
+    /// The defaults, with a cap of 0: stands in for brakes that did not read.
+    fn placeholder() -> Brakes {
+        Brakes {
+            max_iterations: 0,
+            max_budget_usd: None,
+            max_tokens: None,
+            max_seconds: None,
+            score_plateau_window: 3,
+            score_plateau_epsilon: 0.0,
+            min_context_tokens: HARD_CONTEXT_FLOOR,
+            context_tokens: None,
+            run_phases: vec!["implement".to_string()],
+            goal_score: 1.0,
+            max_consecutive_aborts: 3,
+        }
+    }
 }

@@ -62,6 +62,21 @@ pub struct LoopConfig {
     pub notify: Option<Notify>,
 }
 
+/// The keys a loop.toml may have at its top level (`check -` tells a loop config from a
+/// pipeline by them).
+pub const TOP_LEVEL_KEYS: &[&str] = &[
+    "pipeline",
+    "work_source",
+    "brakes",
+    "schedule",
+    "harness",
+    "roles",
+    "blast_radius",
+    "worktree",
+    "sandbox",
+    "notify",
+];
+
 /// `p` as written, or under `dir` when relative.
 fn resolve(dir: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
@@ -80,15 +95,48 @@ fn default_harness(source: &SourceRef) -> Vec<Tmpl> {
         .collect()
 }
 
+/// A `loop.toml` read as far as it goes. `complete` is false when the file has a syntax
+/// error or no valid `[brakes]`: the loop cannot run, but the rest of the config is there
+/// (with a placeholder iteration cap) so `check` can still cross-check roles, prompts and
+/// templates in the same run.
+#[derive(Debug, Clone)]
+pub struct Partial {
+    pub config: LoopConfig,
+    pub complete: bool,
+}
+
 impl LoopConfig {
     /// Reads `loop.toml` (or a predecessor `loop.json`, converted) and checks its own keys.
+    /// `None` when the loop cannot run as written (the diagnostics say why).
     pub fn read(
         path: &Path,
         base: &Path,
         diags: &mut Diagnostics,
     ) -> std::io::Result<Option<LoopConfig>> {
+        Ok(Self::read_partial(path, base, diags)?.and_then(|p| p.complete.then_some(p.config)))
+    }
+
+    /// [`LoopConfig::read`], keeping what could be read of a config that cannot run.
+    /// `None` only for a `loop.json` that is not JSON.
+    pub fn read_partial(
+        path: &Path,
+        base: &Path,
+        diags: &mut Diagnostics,
+    ) -> std::io::Result<Option<Partial>> {
         let text = crate::fs_safe::read_to_string(path)?;
         let name = crate::diag::display_name(path, base);
+        Ok(Self::from_text(text, path, name, diags))
+    }
+
+    /// A config given as text (`check -` reads it from stdin): `path` is where it would
+    /// live (relative paths in it resolve against its directory), `name` what
+    /// diagnostics call it.
+    pub fn from_text(
+        text: String,
+        path: &Path,
+        name: String,
+        diags: &mut Diagnostics,
+    ) -> Option<Partial> {
         let source = if path.extension().is_some_and(|e| e == "json") {
             match json_to_toml(&text) {
                 Ok(t) => Source::new(format!("{name} (as TOML)"), path, t),
@@ -104,34 +152,25 @@ impl LoopConfig {
                         .label("here")
                         .help("fix the JSON, or convert the file to loop.toml"),
                     );
-                    return Ok(None);
+                    return None;
                 }
             }
         } else {
             Source::new(name, path, text)
         };
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        Ok(Self::parse(&source, &dir, diags))
+        Some(Self::parse_partial(&source, &dir, diags))
     }
 
     pub fn parse(source: &SourceRef, dir: &Path, diags: &mut Diagnostics) -> Option<LoopConfig> {
-        let doc = toml_read::parse(source, diags)?;
+        let p = Self::parse_partial(source, dir, diags);
+        p.complete.then_some(p.config)
+    }
+
+    pub fn parse_partial(source: &SourceRef, dir: &Path, diags: &mut Diagnostics) -> Partial {
+        let (doc, syntax_errors) = toml_read::parse_partial(source, diags);
         let root = Table::new(source, doc.get_ref(), 0..0, "");
-        root.deny_unknown(
-            &[
-                "pipeline",
-                "work_source",
-                "brakes",
-                "schedule",
-                "harness",
-                "roles",
-                "blast_radius",
-                "worktree",
-                "sandbox",
-                "notify",
-            ],
-            diags,
-        );
+        root.deny_unknown(TOP_LEVEL_KEYS, diags);
         let pipeline = root
             .str("pipeline", diags)
             .map(|s| (resolve(dir, &s.value), s));
@@ -179,12 +218,13 @@ impl LoopConfig {
         };
         let sandbox = sandbox::read(root.table("sandbox", diags), diags);
         let notify = notify::read(root.table("notify", diags), diags);
-        Some(LoopConfig {
+        let (brakes, brakes_ok) = brakes;
+        let config = LoopConfig {
             source: source.clone(),
             dir: dir.to_path_buf(),
             pipeline,
             work_source,
-            brakes: brakes?,
+            brakes,
             interval_seconds,
             harness_timeout,
             harness_idle_timeout,
@@ -196,7 +236,11 @@ impl LoopConfig {
             worktree,
             sandbox,
             notify,
-        })
+        };
+        Partial {
+            config,
+            complete: brakes_ok && !syntax_errors,
+        }
     }
 
     /// A role's agent: each key from the role's table, else the role's preset, else

@@ -63,27 +63,29 @@ pub struct Spend {
 }
 
 pub fn spend_of<'a>(outputs: impl Iterator<Item = &'a NodeOutput> + Clone) -> Spend {
-    let (file_usd, file_tokens) = outputs
-        .clone()
+    // A replay from the verdict cache ran nothing and spent nothing: neither what its
+    // replayed output reports nor the replayed verdict's own figures count again.
+    let replayed = outputs.clone().any(|o| o.cached);
+    let live = || outputs.clone().filter(|o| !o.cached);
+    let (file_usd, file_tokens) = live()
         .filter_map(|o| o.output_path.as_deref())
         .map(reported_usage)
         .fold((0.0, 0u64), |(u, t), (du, dt)| {
             (u + du, t.saturating_add(dt))
         });
-    let agent_usd = outputs
-        .clone()
-        .filter_map(|o| o.cost_usd)
-        .reduce(|a, b| a + b);
-    let agent_tokens = outputs
-        .clone()
+    let agent_usd = live().filter_map(|o| o.cost_usd).reduce(|a, b| a + b);
+    let agent_tokens = live()
         .filter_map(|o| o.tokens)
         .reduce(|a, b| a.saturating_add(b));
-    let verdict = outputs.clone().filter_map(|o| o.verdict.as_ref()).last();
+    let guess = outputs
+        .clone()
+        .filter_map(|o| o.verdict.as_ref())
+        .last()
+        .filter(|_| !replayed);
     Spend {
-        usd: file_usd
-            + agent_usd.unwrap_or_else(|| verdict.and_then(|v| v.cost_usd).unwrap_or(0.0)),
+        usd: file_usd + agent_usd.unwrap_or_else(|| guess.and_then(|v| v.cost_usd).unwrap_or(0.0)),
         tokens: file_tokens.saturating_add(
-            agent_tokens.unwrap_or_else(|| verdict.and_then(|v| v.tokens).unwrap_or(0)),
+            agent_tokens.unwrap_or_else(|| guess.and_then(|v| v.tokens).unwrap_or(0)),
         ),
         seconds: outputs.map(|o| o.seconds).sum(),
     }

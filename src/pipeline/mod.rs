@@ -62,9 +62,9 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// Parses and validates a pipeline; `None` when it has no DAG (or no TOML).
+    /// Parses and validates a pipeline; `None` when it has no DAG.
     pub fn load(source: &SourceRef, diags: &mut Diagnostics) -> Option<Pipeline> {
-        Draft::parse(source, diags)?.validate(diags).ok()
+        Draft::parse(source, diags).validate(diags).ok()
     }
 
     /// Parses a pipeline whose source is trusted to be valid (the embedded default; a unit

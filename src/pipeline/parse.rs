@@ -22,10 +22,11 @@ pub struct Draft {
 }
 
 impl Draft {
-    /// Parses a pipeline file, pushing every problem into `diags`. `None` when the TOML
-    /// itself does not parse.
-    pub fn parse(source: &SourceRef, diags: &mut Diagnostics) -> Option<Draft> {
-        let doc = toml_read::parse(source, diags)?;
+    /// Parses a pipeline file, pushing every problem into `diags`. A file with syntax
+    /// errors is read as far as it parses (what it holds is still checked); callers look
+    /// at the diagnostics before running anything.
+    pub fn parse(source: &SourceRef, diags: &mut Diagnostics) -> Draft {
+        let (doc, _) = toml_read::parse_partial(source, diags);
         let root = Table::new(source, doc.get_ref(), 0..0, "");
         root.deny_unknown(&["name", "description", "nodes"], diags);
         let name = root
@@ -70,13 +71,13 @@ impl Draft {
             ),
             None => {}
         }
-        Some(Draft {
+        Draft {
             source: source.clone(),
             name,
             description,
             nodes,
             index,
-        })
+        }
     }
 
     /// Builds the DAG and runs every check that needs it. `Err` gives the draft back when
@@ -200,7 +201,23 @@ fn parse_node(id: Str, t: &Table<'_, '_>, diags: &mut Diagnostics) -> Node {
     let mut spec: Option<Box<dyn NodeSpec>> = None;
     match (&kind, registered) {
         (None, _) => {
-            if t.get("kind").is_none() {
+            // `knd = "gate"`: say that, rather than that `kind` is missing.
+            let misspelt = t
+                .table
+                .iter()
+                .find(|(k, _)| suggest(k.get_ref(), ["kind"]).is_some());
+            if let Some((k, _)) = misspelt.filter(|_| t.get("kind").is_none()) {
+                diags.push(
+                    Diagnostic::error(
+                        Code::UnknownKey,
+                        src,
+                        k.span(),
+                        format!("unknown key `{}.{}`", t.path, k.get_ref()),
+                    )
+                    .label("not a key loopflow knows here")
+                    .help("did you mean `kind`? Every node needs one"),
+                );
+            } else if t.get("kind").is_none() {
                 // Guess the kind from the keys that are there.
                 let example = if t.get("argv").is_some() {
                     "kind = \"command\""

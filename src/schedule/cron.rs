@@ -4,10 +4,31 @@
 
 use super::{File, ScheduleError, Target, tool_input, which};
 
+/// A cron expression for an interval: the nearest one cron can express.
+pub struct CronSchedule {
+    pub expr: String,
+    /// How often it really fires, in seconds and in words ("every 5 min").
+    pub every_secs: u64,
+    pub every: String,
+    /// Set when it is not the interval asked for.
+    pub note: Option<String>,
+}
+
 /// The 5-field cron expression nearest to `secs`, and a note when it is not exact.
 pub fn cron_expr(secs: u64) -> (String, Option<String>) {
+    let c = cron_schedule(secs);
+    (c.expr, c.note)
+}
+
+pub fn cron_schedule(secs: u64) -> CronSchedule {
     let mins = secs.div_ceil(60).max(1);
     let exact = secs.is_multiple_of(60) && secs >= 60;
+    let made = |expr: String, every_secs: u64, every: String, note: Option<String>| CronSchedule {
+        expr,
+        every_secs,
+        every,
+        note,
+    };
     if mins < 60 {
         // Minute steps must divide 60 to be regular.
         let step = [1u64, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30]
@@ -21,7 +42,7 @@ pub fn cron_expr(secs: u64) -> (String, Option<String>) {
         };
         let note = (!exact || step != mins)
             .then(|| format!("cron cannot fire every {secs} s; this fires every {step} min"));
-        return (expr, note);
+        return made(expr, step * 60, format!("every {step} min"), note);
     }
     let hours = mins.div_ceil(60);
     if hours < 24 {
@@ -36,11 +57,11 @@ pub fn cron_expr(secs: u64) -> (String, Option<String>) {
         };
         let note = (secs != step * 3600)
             .then(|| format!("cron cannot fire every {secs} s; this fires every {step} h"));
-        return (expr, note);
+        return made(expr, step * 3600, format!("every {step} h"), note);
     }
     let note =
         (secs != 86400).then(|| format!("cron cannot fire every {secs} s; this fires once a day"));
-    ("0 0 * * *".to_string(), note)
+    made("0 0 * * *".to_string(), 86400, "once a day".into(), note)
 }
 
 /// POSIX sh single quoting, and `%` escaped (cron turns a bare `%` into a newline).

@@ -1,34 +1,218 @@
 //! A GitHub Actions workflow with `schedule:` and a `concurrency:` group that never
-//! cancels a running tick.
+//! cancels a running tick. A hosted runner is a fresh machine, so the workflow installs
+//! this loopflow (from its own repository at the running version's tag, or a released
+//! binary; never `cargo install loopflow`, which is an unrelated crate on crates.io) and
+//! the agents the loop's roles run, at pinned versions; it gives the agents their API
+//! keys from the repository's secrets, sets a git identity, and a job timeout that covers
+//! every role's timeout.
 
-use super::cron::cron_expr;
-use super::{File, Target};
+use super::agents::{AgentUse, Install};
+use super::cron::cron_schedule;
+use super::{File, LoopflowInstall, Target};
 
 /// YAML double-quoted scalar (JSON strings are valid YAML).
 pub(super) fn yq(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
+/// GitHub-hosted runners stop a job after 6 hours whatever it asks for.
+const GITHUB_MAX_MINUTES: u64 = 360;
+
+/// The job's `timeout-minutes`, and a comment saying where it comes from.
+fn job_timeout(t: &Target) -> (u64, String) {
+    let install = match t.remote.install {
+        Some(LoopflowInstall::Git { .. }) => 20, // a cold `cargo install` builds from source
+        _ => 5,
+    };
+    let agents = if t.remote.agents.iter().any(|a| a.known().is_some()) {
+        5
+    } else {
+        0
+    };
+    let margin = 10 + install + agents;
+    match t.remote.tick_limit {
+        None => (
+            GITHUB_MAX_MINUTES,
+            "# timeout-minutes: GitHub's limit, since a node of the tick has no timeout of its own.\n"
+                .into(),
+        ),
+        Some(d) => {
+            let tick = d.as_secs().div_ceil(60);
+            let want = tick + margin;
+            if want > GITHUB_MAX_MINUTES {
+                (
+                    GITHUB_MAX_MINUTES,
+                    format!(
+                        "# timeout-minutes: the tick's timeouts add up to {tick} min, more than GitHub's {GITHUB_MAX_MINUTES}-minute job limit; lower the role timeouts.\n"
+                    ),
+                )
+            } else {
+                (
+                    want,
+                    format!(
+                        "# timeout-minutes: the tick's timeouts (every node's timeout times its tries) add up to {tick} min, plus {margin} min for the installs and the rest.\n"
+                    ),
+                )
+            }
+        }
+    }
+}
+
+/// The steps that install loopflow.
+fn install_loopflow(t: &Target) -> String {
+    let v = env!("CARGO_PKG_VERSION");
+    match &t.remote.install {
+        Some(LoopflowInstall::Binary { url, sha256 }) => {
+            let check = match sha256 {
+                Some(h) => format!(
+                    "          echo \"{h}  $RUNNER_TEMP/loopflow.download\" | sha256sum -c -\n"
+                ),
+                None => String::new(),
+            };
+            format!(
+                r#"      - name: Install loopflow
+        # A released binary of loopflow {v}.
+        env:
+          URL: {url}
+        run: |
+          curl -fsSL --retry 3 -o "$RUNNER_TEMP/loopflow.download" "$URL"
+{check}          mkdir -p "$HOME/.local/bin" "$RUNNER_TEMP/loopflow.unpacked"
+          case "$URL" in
+            *.tar.gz|*.tgz)
+              tar -xzf "$RUNNER_TEMP/loopflow.download" -C "$RUNNER_TEMP/loopflow.unpacked"
+              bin="$(find "$RUNNER_TEMP/loopflow.unpacked" -type f -name loopflow | head -n 1)"
+              ;;
+            *) bin="$RUNNER_TEMP/loopflow.download" ;;
+          esac
+          install -m 0755 "$bin" "$HOME/.local/bin/loopflow"
+          echo "$HOME/.local/bin" >> "$GITHUB_PATH"
+"#,
+                url = yq(url),
+            )
+        }
+        Some(LoopflowInstall::Git { repo }) => format!(
+            r#"      - name: Cache loopflow
+        id: loopflow-bin
+        uses: actions/cache@v5
+        with:
+          path: ~/.cargo/bin/loopflow
+          key: loopflow-{v}-{hash:08x}-${{{{ runner.os }}}}
+      - name: Install loopflow
+        # This project's loopflow at the version that generated the workflow (the crate
+        # named loopflow on crates.io is another program).
+        if: steps.loopflow-bin.outputs.cache-hit != 'true'
+        env:
+          REPO: {repo}
+        run: cargo install --locked --git "$REPO" --tag "v{v}" loopflow
+"#,
+            hash = super::fnv32(std::path::Path::new(repo)),
+            repo = yq(repo),
+        ),
+        // The command line refuses this before rendering; keep the file honest anyway.
+        None => "      - name: Install loopflow\n        run: |\n          echo \"::error::no source for loopflow was given (schedule print --repo URL or --binary-url URL)\"\n          exit 1\n".to_string(),
+    }
+}
+
+/// The steps that install (or check for) the agents the roles run.
+fn install_agents(t: &Target, loop_name: &str) -> String {
+    let mut npm = Vec::new();
+    let mut pipx = Vec::new();
+    let mut out = String::new();
+    let mut notes = String::new();
+    for a in &t.remote.agents {
+        match (a, a.known().map(|k| &k.install)) {
+            (_, Some(Install::Npm(p))) => npm.push(p.as_str()),
+            (_, Some(Install::Pipx(p))) => pipx.push(p.as_str()),
+            (_, Some(Install::Manual(why))) => {
+                let program = a.known().map_or("", |k| k.program.as_str());
+                out.push_str(&check_program(program, loop_name, why));
+            }
+            (AgentUse::Program(p), None) => out.push_str(&check_program(
+                p,
+                loop_name,
+                "loopflow does not know how to install it; add a step that does",
+            )),
+            (AgentUse::Path(p), None) if p.starts_with('/') => notes.push_str(&format!(
+                "        # The loop runs {p}, a path on the machine that generated this workflow:\n        # a fresh runner does not have it (use a path in the repository, or a preset).\n"
+            )),
+            _ => {} // a program in the repository: the checkout brings it
+        }
+    }
+    if !npm.is_empty() {
+        out.push_str(&format!(
+            "      - name: Install the agent\n        run: npm install -g {}\n",
+            npm.join(" ")
+        ));
+    }
+    if !pipx.is_empty() {
+        out.push_str(&format!(
+            "      - name: Install the agent (Python)\n        run: pipx install {}\n",
+            pipx.join(" ")
+        ));
+    }
+    if !notes.is_empty() {
+        out.push_str(&format!(
+            "      - name: Agent\n{notes}        run: echo \"the agent is not installed by this workflow\"\n"
+        ));
+    }
+    out
+}
+
+/// A step that fails clearly when a program the loop runs is not on the runner.
+fn check_program(program: &str, loop_name: &str, why: &str) -> String {
+    format!(
+        r#"      - name: Check the agent
+        env:
+          AGENT: {p}
+        run: |
+          command -v "$AGENT" >/dev/null || {{
+            echo "::error::loop {loop_name} runs $AGENT, which is not on this runner: {why}"
+            exit 1
+          }}
+"#,
+        p = yq(program),
+    )
+}
+
 /// A GitHub Actions workflow. The runner is fresh every time, so the loop's state (which
 /// is git-ignored) travels in the Actions cache and the loop's branch is pushed back.
 pub fn github_actions(t: &Target) -> File {
-    let (expr, note) = cron_expr(t.interval.max(300));
+    let c = cron_schedule(t.interval.max(300));
     let n = &t.loop_name;
     let dir = format!(".loopflow/loops/{n}");
-    let note = match note {
+    let note = match c.note {
         Some(n) => format!("# note: {n} (GitHub runs schedules at most every 5 min)\n"),
         None if t.interval < 300 => {
             "# note: GitHub runs schedules at most every 5 min\n".to_string()
         }
         None => String::new(),
     };
+    let expr = c.expr;
+    let (timeout, timeout_note) = job_timeout(t);
+    let secrets = t.remote.secrets();
+    let (secrets_note, secrets_env) = if secrets.is_empty() {
+        (String::new(), String::new())
+    } else {
+        (
+            format!(
+                "# The agents read their API keys from the repository's secrets: {} (Settings →\n# Secrets and variables → Actions). A secret that is not set is empty.\n",
+                secrets.join(", ")
+            ),
+            secrets
+                .iter()
+                .map(|s| format!("          {s}: ${{{{ secrets.{s} }}}}\n"))
+                .collect(),
+        )
+    };
+    let install = install_loopflow(t);
+    let agents = install_agents(t, n);
     let text = format!(
         r#"# loopflow: tick loop {n} on a schedule (generated by `loopflow schedule print --platform github-actions`).
 # The loop's state is git-ignored, so it travels in the Actions cache between runs, and
 # the loop's branch loopflow/{n} is pushed back after each tick. Start the loop with a
 # manual run ("Run workflow") giving the task; clear a halt with a manual run and
 # "approve" ticked (recorded as approved by you).
-{note}name: loopflow {n}
+{secrets_note}{note}{timeout_note}name: loopflow {n}
 
 on:
   schedule:
@@ -59,11 +243,16 @@ permissions:
 jobs:
   tick:
     runs-on: ubuntu-latest
-    timeout-minutes: 120
+    timeout-minutes: {timeout}
     steps:
       - uses: actions/checkout@v5
         with:
           fetch-depth: 0
+      - name: Set a git identity
+        # For commits on the loop's branch, the agent's own included.
+        run: |
+          git config user.name "github-actions[bot]"
+          git config user.email "41898282+github-actions[bot]@users.noreply.github.com"
       - name: Restore loop state
         uses: actions/cache/restore@v5
         with:
@@ -72,10 +261,7 @@ jobs:
             {dir}/.state.log
           key: loopflow-{n}-${{{{ github.run_id }}}}
           restore-keys: loopflow-{n}-
-      - name: Install loopflow
-        # Or however you install loopflow on a runner.
-        run: cargo install --locked loopflow
-      - name: Restore the loop's branch
+{install}{agents}      - name: Restore the loop's branch
         run: git fetch origin "loopflow/{n}:loopflow/{n}" || git branch "loopflow/{n}"
       - name: Start the loop (first run)
         if: hashFiles('{dir}/.state.loop') == ''
@@ -95,7 +281,7 @@ jobs:
           NOTE: ${{{{ inputs.note }}}}
         run: loopflow approve --loop {n} --by "$ACTOR" --note "$NOTE"
       - name: Tick
-        run: loopflow run --loop {n} --project "$GITHUB_WORKSPACE"
+{tick_env}        run: loopflow run --loop {n} --project "$GITHUB_WORKSPACE"
       - name: Push the loop's branch
         run: git push origin "loopflow/{n}"
       - name: Save loop state
@@ -106,10 +292,36 @@ jobs:
             {dir}/.state.loop
             {dir}/.state.log
           key: loopflow-{n}-${{{{ github.run_id }}}}
-"#
+"#,
+        tick_env = if secrets_env.is_empty() {
+            String::new()
+        } else {
+            format!("        env:\n{secrets_env}")
+        },
     );
     File {
         name: format!("loopflow-{n}.yml"),
         text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::tests::target;
+    use std::time::Duration;
+
+    #[test]
+    fn the_timeout_covers_every_role() {
+        let mut t = target();
+        t.remote.install = Some(LoopflowInstall::Git {
+            repo: "https://x/y".into(),
+        });
+        t.remote.tick_limit = Some(Duration::from_secs(3 * 45 * 60));
+        assert_eq!(job_timeout(&t).0, 135 + 30);
+        t.remote.tick_limit = None;
+        assert_eq!(job_timeout(&t).0, 360);
+        t.remote.tick_limit = Some(Duration::from_secs(10 * 3600));
+        assert_eq!(job_timeout(&t).0, 360);
     }
 }

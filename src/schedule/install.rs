@@ -9,7 +9,7 @@ use super::cron::{CRON_BEGIN, cron, cron_markers, crontab_read, crontab_set};
 use super::github::github_actions;
 use super::kubernetes::kubernetes;
 use super::launchd::launchd;
-use super::schtasks::schtasks;
+use super::schtasks::task_file_bytes;
 use super::systemd::systemd;
 use super::{Platform, ScheduleError, Target, auto, io, tool, tool_input};
 use crate::state::{Event, LogArg, LoopPaths};
@@ -154,6 +154,11 @@ pub fn install(
                 Ok(_) => {
                     activated = true;
                     said.push(format!("enabled and started {timer}"));
+                    if !super::systemd::lingering() {
+                        said.push(
+                            "note: a user timer stops when you log out; on a server run `loginctl enable-linger $USER` once so it keeps firing".to_string(),
+                        );
+                    }
                 }
                 Err(e) => {
                     pending = Some(format!(
@@ -195,17 +200,12 @@ pub fn install(
             if !cfg!(windows) {
                 return Err(ScheduleError::Unsupported(not_native(p)));
             }
-            let f = schtasks(t);
+            let (name, bytes) = task_file_bytes(t);
             let dir = std::env::var_os("LOCALAPPDATA")
                 .map(PathBuf::from)
                 .unwrap_or(home()?)
                 .join("loopflow");
-            let path = dir.join(&f.name);
-            // Task Scheduler reads UTF-16 task files.
-            let mut bytes = vec![0xFF, 0xFE];
-            for u in f.text.encode_utf16() {
-                bytes.extend_from_slice(&u.to_le_bytes());
-            }
+            let path = dir.join(&name);
             std::fs::create_dir_all(&dir).map_err(io(&dir))?;
             std::fs::write(&path, bytes).map_err(io(&path))?;
             files.push(path.clone());

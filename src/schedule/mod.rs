@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod agents;
 mod cron;
 mod github;
 mod install;
@@ -25,6 +26,7 @@ mod launchd;
 mod schtasks;
 mod systemd;
 
+pub use agents::AgentUse;
 pub use install::{disable_best_effort, enable_best_effort, install, uninstall};
 
 /// Why a schedule could not be installed, removed or toggled.
@@ -98,6 +100,41 @@ pub struct Target {
     /// The PATH at install time, given to the tick: cron's and systemd's own PATH are
     /// minimal, and the agent (`opencode`, `claude`, …) usually lives elsewhere.
     pub path_env: Option<String>,
+    /// What a runner elsewhere needs (GitHub Actions, Kubernetes).
+    pub remote: Remote,
+}
+
+/// How a workflow installs this loopflow on a fresh runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoopflowInstall {
+    /// `cargo install --locked --git <repo> --tag v<version> loopflow`.
+    Git { repo: String },
+    /// A released binary (a file, or a `.tar.gz`/`.tgz` holding `loopflow`), checked
+    /// against its SHA-256 when one is given.
+    Binary { url: String, sha256: Option<String> },
+}
+
+/// What GitHub Actions and Kubernetes need to know beyond the tick's argv: both run the
+/// loop on a fresh machine.
+#[derive(Debug, Clone, Default)]
+pub struct Remote {
+    pub install: Option<LoopflowInstall>,
+    /// The container image (Kubernetes).
+    pub image: Option<String>,
+    /// The agents the loop's roles run, each once.
+    pub agents: Vec<AgentUse>,
+    /// Environment variables taken from secrets beyond the agents' own (`--secret`).
+    pub extra_secrets: Vec<String>,
+    /// The longest one tick can take: every node's timeout times its tries, added up.
+    /// `None` when a node that runs a process has no timeout.
+    pub tick_limit: Option<std::time::Duration>,
+}
+
+impl Remote {
+    /// The API-key variables the runner takes from secrets.
+    pub fn secrets(&self) -> Vec<String> {
+        agents::secrets(&self.agents, &self.extra_secrets)
+    }
 }
 
 impl Target {
@@ -196,13 +233,33 @@ pub(super) fn which(prog: &str) -> Option<PathBuf> {
     })
 }
 
+/// How often the installed schedule really fires, in words: cron-based platforms can only
+/// approximate some intervals, GitHub runs schedules at most every 5 minutes and Task
+/// Scheduler every minute.
+pub fn cadence(p: Platform, t: &Target) -> (u64, String) {
+    let cron = |secs: u64| {
+        let c = cron::cron_schedule(secs);
+        (c.every_secs, format!("on cron `{}` ({})", c.expr, c.every))
+    };
+    match p {
+        Platform::Cron | Platform::Kubernetes => cron(t.interval),
+        Platform::GithubActions => cron(t.interval.max(300)),
+        Platform::Schtasks => {
+            let i = t.interval.max(60);
+            (i, format!("every {i} s"))
+        }
+        _ => (t.interval, format!("every {} s", t.interval)),
+    }
+}
+
 /// Every file of a platform, in print order.
 pub fn render(p: Platform, t: &Target) -> Vec<File> {
     match p {
         Platform::Systemd => systemd::systemd(t),
         Platform::Launchd => vec![launchd::launchd(t)],
         Platform::Cron | Platform::Auto => vec![cron::cron(t)],
-        Platform::Schtasks => vec![schtasks::schtasks(t)],
+        // Printed text is UTF-8 and says so; `install` writes the UTF-16 file.
+        Platform::Schtasks => vec![schtasks::schtasks(t, schtasks::Encoding::Utf8)],
         Platform::GithubActions => vec![github::github_actions(t)],
         Platform::Kubernetes => vec![kubernetes::kubernetes(t)],
     }
@@ -222,7 +279,22 @@ pub fn print_text(p: Platform, t: &Target) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use super::*;
+
+    /// A target for unit tests of the renderers.
+    pub fn target() -> Target {
+        Target {
+            exe: PathBuf::from("/usr/local/bin/loopflow"),
+            project: PathBuf::from("/srv/project"),
+            loop_name: "l".into(),
+            interval: 3600,
+            loop_dir: PathBuf::from("/srv/project/.loopflow/loops/l"),
+            path_env: Some("/usr/bin:/bin".into()),
+            remote: Remote::default(),
+        }
+    }
+
     #[test]
     fn quoting() {
         assert_eq!(super::cron::sh_quote("a'b%c"), "'a'\\''b\\%c'");

@@ -1,4 +1,7 @@
-//! Windows Task Scheduler XML, `MultipleInstancesPolicy=IgnoreNew`.
+//! Windows Task Scheduler XML, `MultipleInstancesPolicy=IgnoreNew`. The installed task
+//! file is UTF-16LE with a byte-order mark and says `encoding="UTF-16"` (what Task
+//! Scheduler writes and reads); `schedule print` writes UTF-8 text to stdout, so the
+//! printed file says `encoding="UTF-8"`. Either one imports with `schtasks /Create /XML`.
 
 use super::launchd::xml_escape;
 use super::{File, Target};
@@ -30,13 +33,30 @@ pub(super) fn win_arg(a: &str) -> String {
     out
 }
 
-pub fn schtasks(t: &Target) -> File {
+/// The encoding a task file is written in, declared in its XML header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Utf8,
+    Utf16Le,
+}
+
+/// The task file `install` writes: UTF-16LE with a BOM, declaring UTF-16.
+pub fn task_file_bytes(t: &Target) -> (String, Vec<u8>) {
+    let f = schtasks(t, Encoding::Utf16Le);
+    let mut bytes = vec![0xFF, 0xFE];
+    for u in f.text.encode_utf16() {
+        bytes.extend_from_slice(&u.to_le_bytes());
+    }
+    (f.name, bytes)
+}
+
+pub fn schtasks(t: &Target, encoding: Encoding) -> File {
     let argv = t.argv();
     let args: Vec<String> = argv[1..].iter().map(|a| win_arg(a)).collect();
     // Task Scheduler repeats at one-minute granularity at best.
     let interval = t.interval.max(60);
     let text = format!(
-        r#"<?xml version="1.0" encoding="UTF-16"?>
+        r#"<?xml version="1.0" encoding="{encoding}"?>
 <Task version="1.2" xmlns="http://schemas.microsoft.com/windows/2004/02/mit/task">
   <RegistrationInfo>
     <Description>loopflow: tick loop {name} in {project} every {interval} s</Description>
@@ -69,6 +89,10 @@ pub fn schtasks(t: &Target) -> File {
   </Actions>
 </Task>
 "#,
+        encoding = match encoding {
+            Encoding::Utf8 => "UTF-8",
+            Encoding::Utf16Le => "UTF-16",
+        },
         name = xml_escape(&t.loop_name),
         project = xml_escape(&t.project.display().to_string()),
         label = t.label(),
@@ -78,5 +102,29 @@ pub fn schtasks(t: &Target) -> File {
     File {
         name: format!("{}.xml", t.label()),
         text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_installed_file_is_utf16le_with_a_bom_and_says_so() {
+        let t = crate::schedule::tests::target();
+        let (_, bytes) = task_file_bytes(&t);
+        assert_eq!(&bytes[..2], &[0xFF, 0xFE]);
+        let units: Vec<u16> = bytes[2..]
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let text = String::from_utf16(&units).expect("UTF-16");
+        assert!(
+            text.starts_with("<?xml version=\"1.0\" encoding=\"UTF-16\"?>"),
+            "{text}"
+        );
+        let printed = schtasks(&t, Encoding::Utf8).text;
+        assert!(printed.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>"));
+        assert_eq!(printed.replace("UTF-8", "UTF-16"), text);
     }
 }

@@ -1,5 +1,6 @@
 //! systemd: a `Type=oneshot` service plus a timer with `OnActiveSec`/`OnUnitActiveSec`
 //! (any interval in seconds; a oneshot service still running is never started twice).
+//! They are user units: without `loginctl enable-linger` they stop at logout.
 
 use super::{File, Target};
 
@@ -49,6 +50,8 @@ pub fn systemd(t: &Target) -> Vec<File> {
         "[Unit]\n\
          Description=loopflow: tick loop {name} every {i} s\n\
          \n\
+         # A user timer runs only while its user has a session: on a server, where nobody\n\
+         # stays logged in, run `loginctl enable-linger $USER` once so it keeps firing.\n\
          [Timer]\n\
          OnActiveSec={i}s\n\
          OnUnitActiveSec={i}s\n\
@@ -70,4 +73,16 @@ pub fn systemd(t: &Target) -> Vec<File> {
             text: timer,
         },
     ]
+}
+
+/// Whether the user's manager outlives their sessions (`loginctl enable-linger`): systemd
+/// marks a lingering user with a file named after them.
+pub fn lingering() -> bool {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_default();
+    !user.is_empty()
+        && std::path::Path::new("/var/lib/systemd/linger")
+            .join(user)
+            .exists()
 }

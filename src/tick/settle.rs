@@ -119,8 +119,9 @@ impl Tick<'_> {
                         &[LogArg::Kv(
                             "msg",
                             format!(
-                                "worktree missing at {}; not running in the main checkout",
-                                self.cwd.display()
+                                "worktree missing at {}; not running in the main checkout (bring it back with `loopflow worktree restore --loop {}`)",
+                                self.cwd.display(),
+                                paths.name
                             ),
                         )],
                     )?;

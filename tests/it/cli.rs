@@ -466,7 +466,7 @@ fn status_shows_an_unparsable_config_as_invalid() {
     assert_eq!(state_cell(&r, "l"), "INVALID CONFIG", "{r:?}");
     assert!(
         r.stdout
-            .contains("note: l: invalid loop.toml: .loopflow/loops/l/loop.toml:1:"),
+            .contains("note: l: invalid loop.toml: .loopflow/loops/l/loop.toml:2:"),
         "the first problem: {r:?}"
     );
     let j: Value = serde_json::from_str(&p.lf(&["status", "--json"]).stdout).unwrap();

@@ -126,7 +126,20 @@ fn worktree_gc_prunes_deleted_and_idle_loops_but_never_uncommitted_work() {
     std::fs::remove_file(p.loop_dir("dirty").join(".state.loop")).unwrap();
     std::fs::write(p.worktree("dirty").join("wip.txt"), "unsaved").unwrap();
 
+    // A live idle loop keeps its worktree unless asked: without it, it would only skip.
     let r = p.lf(&["worktree", "gc", "--dry-run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("kept worktree") && r.stdout.contains("pass --include-idle"),
+        "{r:?}"
+    );
+    assert!(
+        r.stdout.contains("would delete branch loopflow/gone"),
+        "{r:?}"
+    );
+    assert!(p.worktree("idle").exists());
+
+    let r = p.lf(&["worktree", "gc", "--include-idle", "--dry-run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains("would remove worktree") && r.stdout.contains("loop idle, idle"),
@@ -134,7 +147,7 @@ fn worktree_gc_prunes_deleted_and_idle_loops_but_never_uncommitted_work() {
     );
     assert!(p.worktree("idle").exists(), "dry run changed something");
 
-    let r = p.lf(&["worktree", "gc", "--max-age", "14d"]);
+    let r = p.lf(&["worktree", "gc", "--include-idle", "--max-age", "14d"]);
     assert_eq!(r.code, 0, "{r:?}");
     let out = &r.stdout;
     assert!(out.contains("deleted branch loopflow/gone"), "{out}");
@@ -167,7 +180,7 @@ fn worktree_gc_prunes_deleted_and_idle_loops_but_never_uncommitted_work() {
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("use e.g. 14d"), "{r:?}");
 
-    let r = p.lf(&["worktree", "gc", "--force"]);
+    let r = p.lf(&["worktree", "gc", "--include-idle", "--force"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!p.worktree("dirty").exists(), "{r:?}");
     let branches = p.git_cmd(&[

@@ -57,8 +57,22 @@ fn use_agent(p: &Project, verdicts: &[&str]) {
     p.write(".loopflow/loops/l/loop.toml", &cfg);
 }
 
+/// The flags a platform needs: where a workflow installs loopflow from, the image a
+/// CronJob runs. The URL is never fetched here.
+pub const REPO: &str = "https://git.example.org/loopflow.git";
+
+fn platform_args(platform: &str) -> Vec<&'static str> {
+    match platform {
+        "github-actions" => vec!["--repo", REPO],
+        "kubernetes" => vec!["--image", "registry.example.org/loopflow:0.1.0"],
+        _ => vec![],
+    }
+}
+
 fn print(p: &Project, platform: &str) -> String {
-    let r = p.lf(&["schedule", "print", "--loop", "l", "--platform", platform]);
+    let mut args = vec!["schedule", "print", "--loop", "l", "--platform", platform];
+    args.extend(platform_args(platform));
+    let r = p.lf(&args);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.is_empty(), "print writes to stdout only: {r:?}");
     r.stdout
@@ -211,19 +225,33 @@ fn kubernetes_cronjob_passes_kubernetes_validate() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("cronjob.yaml");
-    std::fs::write(&f, &text).unwrap();
-    let out = Command::new("kubernetes-validate")
-        .arg("--strict")
-        .arg(&f)
-        .output()
-        .unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let validate = |text: &str| {
+        let f = dir.path().join("manifests.yaml");
+        std::fs::write(&f, text).unwrap();
+        let out = Command::new("kubernetes-validate")
+            .arg("--strict")
+            .arg(&f)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), said)
+    };
+    let (ok, said) = validate(&text);
+    assert!(ok, "kubernetes-validate: {said}");
+    // Both documents were checked, the claim the CronJob mounts among them.
     assert!(
-        out.status.success() && said.contains("passed"),
-        "kubernetes-validate: {said}"
+        said.contains("persistentvolumeclaim/loopflow-l-project passed")
+            || said.contains("passed for resource persistentvolumeclaim/loopflow-l-project"),
+        "{said}"
     );
+    assert!(said.contains("cronjob/loopflow-l"), "{said}");
+    // The control: strict mode rejects a field the schema does not have.
+    let (ok, said) = validate(&text.replace(
+        "concurrencyPolicy: Forbid",
+        "concurrencyPolicy: Forbid\n  concurency: 1",
+    ));
+    assert!(!ok, "kubernetes-validate accepted an unknown field: {said}");
 }
 
 /// Runs a python3 snippet on `input`; `None` when python3 is missing.
@@ -277,14 +305,15 @@ fn launchd_plist_parses_with_plistlib() {
 fn schtasks_xml_is_well_formed() {
     let p = project(3600);
     let text = print(&p, "schtasks");
-    // The file declares UTF-16 (what Task Scheduler reads): parse it as such.
-    let mut utf16 = vec![0xFF, 0xFE];
-    for u in text.encode_utf16() {
-        utf16.extend_from_slice(&u.to_le_bytes());
-    }
+    // Printed as UTF-8 text, the file says so (the installed one is UTF-16 and says that;
+    // a unit test of schtasks.rs checks its bytes).
+    assert!(
+        text.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>"),
+        "{text}"
+    );
     let Some(out) = python(
         "import sys,xml.etree.ElementTree as E; r=E.fromstring(sys.stdin.buffer.read()); ns={'t':'http://schemas.microsoft.com/windows/2004/02/mit/task'}; print(r.find('.//t:Interval',ns).text, r.find('.//t:MultipleInstancesPolicy',ns).text, r.find('.//t:Command',ns).text)",
-        &utf16,
+        text.as_bytes(),
     ) else {
         return;
     };
@@ -460,6 +489,23 @@ fn systemd_install_writes_units_enables_timer_and_uninstall_removes_them() {
         );
         assert_eq!(r.code, 0, "{r:?}");
     }
+    // A user without lingering is told that the timer stops at logout.
+    let mut nobody = env.clone();
+    nobody.push(("USER".into(), "loopflow-test-no-linger".into()));
+    let r = lf(
+        &p,
+        &nobody,
+        &[
+            "schedule",
+            "install",
+            "--loop",
+            "l",
+            "--platform",
+            "systemd",
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("loginctl enable-linger $USER"), "{r:?}");
     let units: Vec<PathBuf> = std::fs::read_dir(xdg.path().join("systemd/user"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -555,28 +601,19 @@ fn foreign_platforms_are_refused_or_written_to_documented_places() {
             assert!(r.stderr.contains("this is Linux"), "{r:?}");
         }
     }
-    let r = p.lf(&[
-        "schedule",
-        "install",
-        "--loop",
-        "l",
-        "--platform",
-        "github-actions",
-    ]);
+    let install = |platform: &str| {
+        let mut args = vec!["schedule", "install", "--loop", "l", "--platform", platform];
+        args.extend(platform_args(platform));
+        p.lf(&args)
+    };
+    let r = install("github-actions");
     assert_eq!(r.code, 0, "{r:?}");
     assert!(p.join(".github/workflows/loopflow-l.yml").is_file());
     // Switching platform replaces the earlier schedule.
-    let r = p.lf(&[
-        "schedule",
-        "install",
-        "--loop",
-        "l",
-        "--platform",
-        "kubernetes",
-    ]);
+    let r = install("kubernetes");
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!p.join(".github/workflows/loopflow-l.yml").exists());
-    assert!(p.loop_dir("l").join("loopflow-l-cronjob.yaml").is_file());
+    assert!(p.loop_dir("l").join("loopflow-l.yaml").is_file());
     // A HALT cannot reach a cluster: the log says so.
     let r = p.lf(&["halt", "--loop", "l", "--reason", "x"]);
     assert_eq!(r.code, 0, "{r:?}");
@@ -589,7 +626,7 @@ fn foreign_platforms_are_refused_or_written_to_documented_places() {
     );
     let r = p.lf(&["schedule", "uninstall", "--loop", "l"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(!p.loop_dir("l").join("loopflow-l-cronjob.yaml").exists());
+    assert!(!p.loop_dir("l").join("loopflow-l.yaml").exists());
 }
 
 #[test]
@@ -740,7 +777,8 @@ fn github_workflow_steps_tick_in_a_fresh_clone() {
                 continue; // `uses:` steps
             };
             let name = step["name"].as_str().unwrap_or("");
-            if name == "Install loopflow" {
+            // This build is on PATH; the agent is the fake one.
+            if name.starts_with("Install ") {
                 continue;
             }
             match step["if"].as_str() {

@@ -200,8 +200,13 @@ pub fn store(ctx: &NodeCtx<'_>, role: &str, key: &str, stdout: Option<&Path>) {
         return;
     };
     // Only a verdict is worth replaying: output that does not parse halts the loop, and
-    // after a human fixes the verifier the next tick must really run it again.
-    if crate::verdict::parse(&text).is_err() {
+    // after a human fixes the verifier the next tick must really run it again. An agent
+    // whose output is a JSON envelope (a preset's usage rule) has the verdict inside it.
+    let usage = ctx.config().agent(role).usage;
+    let answer = (!usage.is_empty())
+        .then(|| crate::preset::extract(&usage, &text).text)
+        .flatten();
+    if crate::verdict::parse(answer.as_deref().unwrap_or(&text)).is_err() {
         return;
     }
     let path = cache_path(ctx, role);

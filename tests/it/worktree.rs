@@ -1,0 +1,126 @@
+//! `loopflow worktree restore`: a loop whose worktree was removed (by `gc --include-idle`
+//! or by hand) gets it back on its own branch, with its commits, and ticks again instead
+//! of skipping `worktree_missing` forever.
+
+use crate::support::{Project, commit_all};
+
+fn set_idle(p: &Project, name: &str) {
+    let st = p.loop_dir(name).join(".state.loop");
+    let mut s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    s["last_tick_at"] = "2020-01-01T00:00:00Z".into();
+    std::fs::write(&st, serde_json::to_string_pretty(&s).unwrap()).unwrap();
+}
+
+#[test]
+fn a_worktree_removed_by_gc_is_restored_on_its_branch() {
+    let p = Project::git();
+    assert_eq!(p.lf(&["create", "--loop", "l", "--task", "t"]).code, 0);
+    std::fs::write(p.worktree("l").join("work.txt"), "done\n").unwrap();
+    commit_all(&p.worktree("l"), "the loop's work");
+    set_idle(&p, "l");
+    let r = p.lf(&["worktree", "gc", "--include-idle", "--force"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!p.worktree("l").exists(), "{r:?}");
+    // The next tick skips and says how to get out of it.
+    let r = p.lf(&["run", "--loop", "l", "--json"]);
+    assert_eq!(r.json()["reason"], "worktree_missing", "{r:?}");
+    let ev = p.events("l");
+    assert!(
+        ev.iter()
+            .any(|e| e.contains("loopflow worktree restore --loop l")),
+        "{ev:?}"
+    );
+
+    let r = p.lf(&["worktree", "restore", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("on loopflow/l"), "{r:?}");
+    let wt = p.worktree("l");
+    // `--force` deleted the unmerged branch too: restored from HEAD, a new branch.
+    assert!(r.stdout.contains("a new branch from HEAD"), "{r:?}");
+    assert!(wt.join(".git").exists());
+    let s = p.state("l");
+    assert_eq!(
+        s["worktree_path"].as_str(),
+        Some(wt.canonicalize().unwrap().to_str().unwrap()),
+        "{s}"
+    );
+    assert!(
+        p.events("l")
+            .iter()
+            .any(|e| e.starts_with("WORKTREE restored=")),
+        "{:?}",
+        p.events("l")
+    );
+    // The gate passes the worktree check again.
+    let g = p.lf(&["gate", "--loop", "l", "--json"]);
+    let checks = g.stdout.clone();
+    assert!(checks.contains("worktree at "), "{g:?}");
+    // Again: nothing to do.
+    let r = p.lf(&["worktree", "restore", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("nothing to do"), "{r:?}");
+}
+
+#[test]
+fn restore_keeps_the_branch_and_its_commits() {
+    let p = Project::git();
+    assert_eq!(p.lf(&["create", "--loop", "l", "--task", "t"]).code, 0);
+    std::fs::write(p.worktree("l").join("work.txt"), "done\n").unwrap();
+    commit_all(&p.worktree("l"), "the loop's work");
+    // Removed by hand, and the state's path made stale (an older, relative one).
+    p.git_cmd(&[
+        "worktree",
+        "remove",
+        "--force",
+        &p.worktree("l").display().to_string(),
+    ]);
+    let st = p.loop_dir("l").join(".state.loop");
+    let mut s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    s["worktree_path"] = "somewhere/else".into();
+    std::fs::write(&st, serde_json::to_string_pretty(&s).unwrap()).unwrap();
+
+    let r = p.lf(&["worktree", "restore", "--loop", "l"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("its existing branch"), "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(p.worktree("l").join("work.txt")).unwrap(),
+        "done\n"
+    );
+    assert!(
+        p.state("l")["worktree_path"]
+            .as_str()
+            .unwrap()
+            .ends_with(".loopflow/loops/l/worktree")
+    );
+}
+
+#[test]
+fn restore_refuses_what_it_cannot_do() {
+    let p = Project::git();
+    assert_eq!(p.lf(&["create", "--loop", "l", "--task", "t"]).code, 0);
+    assert_eq!(p.lf(&["worktree", "restore", "--loop", "nope"]).code, 2);
+    assert_eq!(p.lf(&["worktree", "restore", "--loop", "../x"]).code, 2);
+    // Something else where the worktree goes: left alone.
+    p.git_cmd(&[
+        "worktree",
+        "remove",
+        "--force",
+        &p.worktree("l").display().to_string(),
+    ]);
+    std::fs::create_dir_all(p.worktree("l")).unwrap();
+    std::fs::write(p.worktree("l").join("keep.txt"), "mine").unwrap();
+    let r = p.lf(&["worktree", "restore", "--loop", "l"]);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("is not a git worktree"), "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(p.worktree("l").join("keep.txt")).unwrap(),
+        "mine"
+    );
+    // A loop without a worktree has nothing to restore.
+    assert_eq!(p.lf(&["create", "--loop", "flat", "--no-worktree"]).code, 0);
+    let r = p.lf(&["worktree", "restore", "--loop", "flat"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("without a worktree"), "{r:?}");
+}
