@@ -16,6 +16,7 @@ mod demo;
 mod drift;
 mod init;
 mod report;
+mod review;
 mod run;
 mod schedule;
 mod status;
@@ -89,6 +90,12 @@ pub enum Command {
     Drift(drift::DriftArgs),
     /// Write an HTML page with every loop's state, spend, last verdict and recent log.
     Report(report::ReportArgs),
+    /// Show what a loop did since the last approval: commits, files, verdicts, spend.
+    Review(review::ReviewArgs),
+    /// Merge a loop's branch into the checkout's current branch.
+    Land(review::LandArgs),
+    /// Reset a loop's branch and worktree to the checkout's HEAD.
+    Discard(review::DiscardArgs),
     /// The demo's fake agent (used by `demo`; also handy in tests).
     #[command(hide = true)]
     FakeAgent(demo::FakeAgentArgs),
@@ -162,6 +169,9 @@ pub fn main() -> i32 {
         Command::Init(a) => init::init(&project, a),
         Command::Drift(a) => drift::drift(a),
         Command::Report(a) => report::report(&project, a),
+        Command::Review(a) => review::review(&project, a),
+        Command::Land(a) => review::land(&project, a),
+        Command::Discard(a) => review::discard(&project, a),
     }
 }
 
