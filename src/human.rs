@@ -46,7 +46,7 @@ pub fn seconds(s: f64) -> String {
     }
     let total = s.round() as u64;
     match total {
-        0 if s > 0.0 => format!("{s:.1}s"),
+        0 if s > 0.0 => "<1s".into(),
         t if t < 60 => format!("{t}s"),
         t if t < 3600 => format!("{}m {}s", t / 60, t % 60),
         t => format!("{}h {}m", t / 3600, (t % 3600) / 60),
@@ -110,7 +110,7 @@ mod tests {
         assert_eq!(count(12), "12");
         assert_eq!(seconds(83.4), "1m 23s");
         assert_eq!(seconds(7300.0), "2h 1m");
-        assert_eq!(seconds(0.25), "0.2s");
+        assert_eq!(seconds(0.25), "<1s");
         assert_eq!(score(0.9), "0.90");
     }
 

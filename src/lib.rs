@@ -14,6 +14,7 @@ mod brakes;
 mod cli;
 mod config;
 mod create;
+mod dashboard;
 mod diag;
 mod drift;
 mod duration;

@@ -12,6 +12,7 @@ mod check;
 mod control;
 mod create;
 mod daemon;
+mod dashboard;
 mod demo;
 mod drift;
 mod init;
@@ -90,6 +91,8 @@ pub enum Command {
     Drift(drift::DriftArgs),
     /// Write an HTML page with every loop's state, spend, last verdict and recent log.
     Report(report::ReportArgs),
+    /// Serve a live, read-only page of every loop on 127.0.0.1.
+    Dashboard(dashboard::DashboardArgs),
     /// Show what a loop did since the last approval: commits, files, verdicts, spend.
     Review(review::ReviewArgs),
     /// Merge a loop's branch into the checkout's current branch.
@@ -169,6 +172,7 @@ pub fn main() -> i32 {
         Command::Init(a) => init::init(&project, a),
         Command::Drift(a) => drift::drift(a),
         Command::Report(a) => report::report(&project, a),
+        Command::Dashboard(a) => dashboard::dashboard(&project, a),
         Command::Review(a) => review::review(&project, a),
         Command::Land(a) => review::land(&project, a),
         Command::Discard(a) => review::discard(&project, a),

@@ -4,6 +4,7 @@
 mod check;
 mod color;
 mod daemon;
+mod dashboard;
 mod exec;
 mod halts;
 mod isolation;
