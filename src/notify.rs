@@ -63,7 +63,7 @@ pub fn notifier(paths: &LoopPaths) -> Result<Option<Notify>, NotifyError> {
         .map_err(NotifyError::Config)
 }
 
-/// The event JSON (DESIGN §13) for the halt the state now records.
+/// The event JSON, exactly DESIGN §13's keys, for the halt the state now records.
 pub fn event(paths: &LoopPaths, state: &State, reason: &HaltReason, detail: Option<&str>) -> Value {
     let halt = state.halt.as_ref().filter(|h| &h.reason == reason);
     json!({
@@ -71,19 +71,18 @@ pub fn event(paths: &LoopPaths, state: &State, reason: &HaltReason, detail: Opti
         "loop": paths.name,
         "project": paths.project.display().to_string(),
         "reason": reason.to_string(),
-        "death": reason.death().as_str(),
         "detail": detail.map(str::to_string).or_else(|| halt.and_then(|h| h.detail.clone())),
         "iteration": halt.map_or(state.iteration_count, |h| h.iteration),
         "at": halt.map_or_else(crate::state::now, |h| h.at.clone()),
-        "task": state.current_task,
         "spent": state.spent,
         "last_verdict": state.last_verdict,
         "review": crate::human::command("review", &paths.name, &paths.project),
     })
 }
 
-/// The variables a notifier's argv may use (`config::notify::VARS`).
-fn vars(event: &Value) -> Value {
+/// The variables a notifier's argv may use (`config::notify::VARS`): the event's values,
+/// and which of the five deaths it is, the task, a one-line summary, the JSON as text.
+fn vars(event: &Value, reason: &HaltReason, task: Option<&str>) -> Value {
     let s = |k: &str| event[k].as_str().unwrap_or("").to_string();
     let detail = s("detail");
     let summary = if detail.is_empty() {
@@ -100,11 +99,11 @@ fn vars(event: &Value) -> Value {
         "loop": s("loop"),
         "project": s("project"),
         "reason": s("reason"),
-        "death": s("death"),
+        "death": reason.death().as_str(),
         "detail": detail,
         "iteration": event["iteration"],
         "at": s("at"),
-        "task": s("task"),
+        "task": task.unwrap_or(""),
         "score": event["last_verdict"]["score"].as_f64().map_or(String::new(), crate::verdict::fmt_score),
         "spent_usd": event["spent"]["usd"],
         "spent_tokens": event["spent"]["tokens"],
@@ -129,7 +128,8 @@ pub fn at_halt(paths: &LoopPaths, reason: &HaltReason, detail: Option<&str>) {
         );
     };
     let ev = event(paths, &state, reason, detail);
-    if let Err(e) = run(paths, &notify, &ev) {
+    let ctx = vars(&ev, reason, state.current_task.as_deref());
+    if let Err(e) = run(paths, &notify, &ev, &ctx) {
         warn(paths, &e);
     }
 }
@@ -144,14 +144,13 @@ fn warn(paths: &LoopPaths, e: &NotifyError) {
     );
 }
 
-/// Renders the argv and runs it with the event on stdin.
-pub fn run(paths: &LoopPaths, notify: &Notify, event: &Value) -> Result<(), NotifyError> {
+/// Renders the argv with `ctx` and runs it with the event on stdin.
+fn run(paths: &LoopPaths, notify: &Notify, event: &Value, ctx: &Value) -> Result<(), NotifyError> {
     let hb = crate::template::engine();
-    let ctx = vars(event);
     let argv = notify
         .command
         .iter()
-        .map(|t| crate::template::render(&hb, &t.text, &ctx))
+        .map(|t| crate::template::render(&hb, &t.text, ctx))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| NotifyError::Template(e.to_string()))?;
     let mut stdin = event.to_string();

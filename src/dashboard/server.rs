@@ -26,7 +26,7 @@ use super::{Mode, Model, RowFn};
 
 /// How often the loops' files are looked at: a change reaches the page within this plus
 /// the time to render it, well inside a second.
-pub const POLL: Duration = Duration::from_millis(300);
+pub const POLL: Duration = Duration::from_millis(500);
 /// A comment line to every `/events` client this often, so proxies and browsers keep it.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 

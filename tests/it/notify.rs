@@ -59,7 +59,12 @@ fn goal_met_notifies_with_the_event_on_stdin_and_rendered_argv() {
         "",
         &notify_table(
             &n,
-            &["{{loop}} {{reason}}", "iter={{iteration}}", "{{review}}"],
+            &[
+                "{{loop}} {{reason}}",
+                "iter={{iteration}}",
+                "{{review}}",
+                "{{death}}/{{task}}",
+            ],
         ),
     );
     let r = p.run_json("l", &[]);
@@ -68,25 +73,26 @@ fn goal_met_notifies_with_the_event_on_stdin_and_rendered_argv() {
     assert_eq!(ev.len(), 1, "one halt, one event: {ev:?}");
     let e = &ev[0];
     let keys: Vec<&str> = e.as_object().unwrap().keys().map(String::as_str).collect();
-    for k in [
-        "event",
-        "loop",
-        "project",
-        "reason",
-        "detail",
-        "iteration",
-        "at",
-        "spent",
-        "last_verdict",
-        "review",
-    ] {
-        assert!(keys.contains(&k), "{k} missing from {e}");
-    }
+    assert_eq!(
+        keys,
+        [
+            "event",
+            "loop",
+            "project",
+            "reason",
+            "detail",
+            "iteration",
+            "at",
+            "spent",
+            "last_verdict",
+            "review",
+        ],
+        "exactly DESIGN §13's keys"
+    );
     assert_eq!(e["event"], "halt");
     assert_eq!(e["loop"], "l");
     assert_eq!(e["project"], p.path().display().to_string());
     assert_eq!(e["reason"], "goal_met");
-    assert_eq!(e["death"], "goal_met");
     assert_eq!(e["iteration"], 1);
     assert_eq!(e["spent"]["usd"], 0.25);
     assert_eq!(e["last_verdict"]["reasons"][0], "all done");
@@ -95,7 +101,7 @@ fn goal_met_notifies_with_the_event_on_stdin_and_rendered_argv() {
     assert_eq!(e["review"], review.as_str());
     assert_eq!(
         p.read("argv.log").trim_end(),
-        format!("l goal_met|iter=1|{review}|")
+        format!("l goal_met|iter=1|{review}|goal_met/the task|")
     );
     // The notifier runs in the project, told which loop.
     let env = p.read("env.log");
@@ -122,7 +128,7 @@ fn every_kind_of_halt_notifies_once() {
         &p,
         &[r#"{"pass": false, "score": 0.2}"#, "no verdict here"],
         "max_iterations = 1",
-        &notify_table(&n, &["{{reason}}"]),
+        &notify_table(&n, &["{{reason}}", "{{death}}"]),
     );
     assert_eq!(p.run_json("l", &[]).json()["outcome"], "tick");
     assert_eq!(p.run_json("l", &[]).json()["outcome"], "halt");
@@ -145,19 +151,7 @@ fn every_kind_of_halt_notifies_once() {
     );
     assert_eq!(
         p.read("argv.log"),
-        "iterations_exhausted|\nverifier_failed:unparseable|\nlunch break|\n"
-    );
-    let deaths: Vec<String> = events(&p)
-        .iter()
-        .map(|e| e["death"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(
-        deaths,
-        [
-            "iterations_exhausted",
-            "verifier_failed",
-            "human_intervention"
-        ]
+        "iterations_exhausted|iterations_exhausted|\nverifier_failed:unparseable|verifier_failed|\nlunch break|human_intervention|\n"
     );
 }
 
