@@ -491,3 +491,37 @@ pub fn page(
     o.push_str("</ol></section>\n</main></body></html>\n");
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chart_is_svg_with_a_point_per_score_and_the_goal_line() {
+        let pts: Vec<Point> = [(1, 0.2, false), (2, 0.6, false), (3, 1.0, true)]
+            .iter()
+            .map(|&(iteration, score, pass)| Point {
+                iteration,
+                score,
+                pass,
+            })
+            .collect();
+        let svg = chart(&pts, Some(1.0));
+        assert!(svg.starts_with("<svg class=\"chart\""));
+        assert_eq!(svg.matches("<circle").count(), 3);
+        assert_eq!(svg.matches("class=\"pass\"").count(), 1);
+        assert!(svg.contains("<line class=\"goal\""));
+        assert!(svg.contains("<polyline class=\"line\" points=\"6.0,52.4 120.0,"));
+        assert!(chart(&[], None).contains("no verdicts yet"));
+    }
+
+    #[test]
+    fn escaping_leaves_no_markup() {
+        assert_eq!(
+            escape("<script>a&b\"c'\u{1b}</script>"),
+            "&lt;script&gt;a&amp;b&quot;c&#39;\u{FFFD}&lt;/script&gt;"
+        );
+        let li = log_line("l", "2026-11-30T02:10:00Z HALT <b> detail=\"x\"");
+        assert!(li.contains("ev-HALT") && li.contains("&lt;b&gt;"), "{li}");
+    }
+}

@@ -60,6 +60,7 @@ try {
   page.on("request", (r) => {
     if (!r.url().startsWith(cfg.url)) foreign.push(r.url());
   });
+  page.setDefaultTimeout(60000);
   await page.goto(cfg.url, { waitUntil: "load" });
 
   // 1. Every loop is listed, halted ones first.
@@ -94,7 +95,7 @@ try {
   await page.waitForFunction(
     ([sel, before]) => document.querySelector(sel).textContent !== before,
     [`#loop-${cfg.tick_loop} .iter`, iterBefore],
-    { timeout: 30000 },
+    { timeout: 60000 },
   );
   const latency = Date.now() - ticked;
   console.log(`NOTICE: the tick reached the page ${latency} ms after it ended`);
@@ -104,7 +105,7 @@ try {
   await page.waitForFunction(
     (loop) => Array.from(document.querySelectorAll("#log-lines li")).some((li) => li.textContent.includes(loop) && li.textContent.includes("TICK")),
     cfg.tick_loop,
-    { timeout: 10000 },
+    { timeout: 60000 },
   );
   expect(await page.evaluate(() => window.__xss === undefined), "agent text ran as script after an update");
 
