@@ -372,3 +372,24 @@ fn the_shipped_example_notifiers_check_and_render() {
         );
     }
 }
+
+#[test]
+fn a_broken_loop_toml_does_not_silence_the_project_notifier() {
+    let p = Project::new();
+    let n = recorder(&p, "");
+    loop_with(&p, &[r#"{"pass": true, "score": 1.0}"#], "", "");
+    p.write(
+        ".loopflow/config.toml",
+        &format!(
+            "[notify]\n{}\n",
+            notify_table(&n, &["{{loop}}: {{reason}}"])
+        ),
+    );
+    let toml = p.loop_dir("l").join("loop.toml");
+    let broken = std::fs::read_to_string(&toml).unwrap() + "\nnot toml at all [[[\n";
+    std::fs::write(&toml, broken).unwrap();
+    assert_eq!(p.lf(&["run", "--loop", "l"]).code, 3);
+    let r = p.lf(&["halt", "--loop", "l", "--reason", "fix the config"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(p.read("argv.log"), "l: fix the config|\n");
+}

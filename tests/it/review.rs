@@ -251,6 +251,23 @@ fn land_refuses_a_dirty_checkout_and_a_conflict_leaving_it_as_it_was() {
 }
 
 #[test]
+fn a_merge_git_refuses_is_aborted_and_the_checkout_kept() {
+    let p = project("echo \"line $LOOPFLOW_TICK\" >> notes.txt", &[FAIL]);
+    p.run_json("w", &[]);
+    // An untracked file of the same name: no conflict in the trees, but git will not
+    // overwrite it.
+    p.write("notes.txt", "my own notes\n");
+    let before = checkout(&p);
+    let r = p.lf(&["land", "--loop", "w"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("notes.txt"), "{r:?}");
+    assert!(r.stderr.contains("the checkout is as it was"), "{r:?}");
+    assert_eq!(checkout(&p), before);
+    assert_eq!(p.read("notes.txt"), "my own notes\n");
+    assert!(!p.events("w").iter().any(|e| e.starts_with("LAND")));
+}
+
+#[test]
 fn land_and_discard_are_refused_while_a_tick_runs() {
     let p = project("while [ ! -f release ]; do sleep 0.05; done", &[FAIL]);
     // The implement step waits for a file `release` in the worktree.
