@@ -37,10 +37,11 @@ pub enum LandError {
     )]
     Dirty(Vec<String>),
     #[error(
-        "refused: merging {branch} into {into} conflicts in:\n{}\n  nothing was changed; merge by hand (`git merge {branch}`), or discard the loop's work (`loopflow discard --loop NAME --yes`)",
+        "refused: merging {branch} into {into} conflicts in:\n{}\n  nothing was changed; merge by hand (`git merge {branch}`), or discard the loop's work (`loopflow discard --loop {name} --yes`)",
         indent(.files)
     )]
     Conflict {
+        name: String,
         branch: String,
         into: String,
         files: Vec<String>,
@@ -169,6 +170,7 @@ pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, La
         && !files.is_empty()
     {
         return Err(LandError::Conflict {
+            name: paths.name.clone(),
             branch: br,
             into,
             files,

@@ -242,6 +242,10 @@ fn land_refuses_a_dirty_checkout_and_a_conflict_leaving_it_as_it_was() {
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("conflicts in:\n    README.md"), "{r:?}");
     assert!(r.stderr.contains("nothing was changed"), "{r:?}");
+    assert!(
+        r.stderr.contains("loopflow discard --loop w --yes"),
+        "{r:?}"
+    );
     assert_eq!(checkout(&p), before);
     assert!(!p.join(".git/MERGE_HEAD").exists());
     let r = p.lf(&["land", "--loop", "w", "--squash"]);
