@@ -71,8 +71,9 @@ pub fn set_halt(s: &mut State, reason: HaltReason, detail: Option<String>) -> Op
     Some(h)
 }
 
-/// Says a halt happened: the `HALT` line, and the installed schedule switched off
-/// (best effort: a halt stands whatever the scheduler says).
+/// Says a halt happened: the `HALT` line, the installed schedule switched off (best
+/// effort: a halt stands whatever the scheduler says), and the human told through the
+/// loop's `[notify]` command (best effort too: a failing notifier only logs `WARN`).
 pub fn announce(
     paths: &LoopPaths,
     reason: &HaltReason,
@@ -80,6 +81,7 @@ pub fn announce(
 ) -> Result<(), StateError> {
     let logged = log_halt(paths, reason, detail);
     crate::schedule::disable_best_effort(paths);
+    crate::notify::at_halt(paths, reason, detail);
     logged
 }
 
@@ -342,6 +344,7 @@ pub fn approve(paths: &LoopPaths, a: &Approve<'_>) -> Result<Approved, ApproveEr
     if paths.tick_running()? {
         return Err(ApproveError::TickRunning(paths.name.clone()));
     }
+    let head = crate::review::approved_head(paths);
     let (state, cleared) = paths.update(|s| {
         let cleared = s.halt.take().map(|h| h.reason);
         if cleared
@@ -360,6 +363,7 @@ pub fn approve(paths: &LoopPaths, a: &Approve<'_>) -> Result<Approved, ApproveEr
             note: a.note.map(str::to_string),
             cleared: cleared.as_ref().map(ToString::to_string),
             extend: a.extend,
+            head,
         });
         cleared
     })?;

@@ -152,6 +152,12 @@ pub fn config(paths: &LoopPaths, base: &Path) -> Result<LoopConfig, LoadError> {
 /// Pushes every problem into `diags`; for a loop.toml, adds its roles' expanded argv to
 /// `explained`.
 pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics, explained: &mut Vec<String>) {
+    if crate::config::is_project_config(path) {
+        if let Err(e) = crate::config::ProjectConfig::read(path, base, diags) {
+            diags.push(io_diag(path, base, &e));
+        }
+        return;
+    }
     if !is_loop_config(path) {
         match Source::read(path, base) {
             Ok(src) => check_pipeline(&src, diags),

@@ -1,7 +1,7 @@
 //! JSON Schemas for every file format, generated from the Rust types and checked in under
 //! `schemas/`; `loopflow schema NAME` prints exactly the checked-in text.
 
-pub const NAMES: &[&str] = &["pipeline", "loop", "state", "verdict"];
+pub const NAMES: &[&str] = &["pipeline", "loop", "state", "verdict", "config"];
 
 /// The checked-in schema text, embedded at build time.
 pub fn get(name: &str) -> Option<&'static str> {
@@ -10,6 +10,7 @@ pub fn get(name: &str) -> Option<&'static str> {
         "loop" => include_str!("../schemas/loop.schema.json"),
         "state" => include_str!("../schemas/state.schema.json"),
         "verdict" => include_str!("../schemas/verdict.schema.json"),
+        "config" => include_str!("../schemas/config.schema.json"),
         _ => return None,
     })
 }
@@ -32,6 +33,7 @@ fn generate(name: &str) -> Option<String> {
             return Some(s);
         }
         "loop" => generator.into_root_schema_for::<files::LoopFile>(),
+        "config" => generator.into_root_schema_for::<files::ConfigFile>(),
         _ => return None,
     };
     let mut s = serde_json::to_string_pretty(&schema).ok()?;
@@ -163,6 +165,15 @@ pub mod files {
         pub write: Option<Vec<String>>,
         /// deny: no TCP connections or listening sockets.
         pub network: Option<NetworkPolicy>,
+    }
+
+    /// Defaults for every loop of a project (`.loopflow/config.toml`); a loop's own
+    /// tables win.
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct ConfigFile {
+        pub notify: Option<NotifyFile>,
     }
 
     /// A command run at every halt, with the event as one JSON object on stdin.

@@ -11,7 +11,8 @@ use crate::pipeline::Pipeline;
 #[derive(Args, Debug)]
 pub struct CheckArgs {
     /// Pipeline files, loop.toml files, or directories to search for them; `-` reads one
-    /// file from stdin. Default: the project's pipelines/ and every loop's loop.toml.
+    /// file from stdin. Default: the project's pipelines/, .loopflow/config.toml and every
+    /// loop's loop.toml.
     pub paths: Vec<PathBuf>,
     /// The name of the file read from stdin (`check -`), used in diagnostics; relative
     /// paths in it (prompts, pipeline) resolve against its directory. A name ending in
@@ -47,7 +48,7 @@ pub enum GraphFormat {
 
 #[derive(Args, Debug)]
 pub struct SchemaArgs {
-    /// One of: pipeline, loop, state, verdict.
+    /// One of: pipeline, loop, state, verdict, config (.loopflow/config.toml).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::schema::NAMES))]
     pub name: String,
 }
@@ -147,7 +148,10 @@ pub fn check(project: &Path, a: CheckArgs) -> i32 {
     let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
     let mut files = Vec::new();
     let roots: Vec<PathBuf> = if a.paths.is_empty() {
-        let mut r = vec![project.join("pipelines")];
+        let mut r = vec![
+            project.join("pipelines"),
+            project.join(".loopflow").join("config.toml"),
+        ];
         for n in crate::state::list_loops(project) {
             r.push(crate::state::LoopPaths::new(project, &n).config());
         }

@@ -14,11 +14,13 @@ mod check;
 mod control;
 mod create;
 mod daemon;
+mod dashboard;
 mod demo;
 mod docs;
 mod drift;
 mod init;
 mod report;
+mod review;
 mod run;
 mod schedule;
 mod status;
@@ -197,6 +199,14 @@ Examples:
   loopflow man run | man -l -                     the page of one command
   loopflow man > ~/.local/share/man/man1/loopflow.1")]
     Man(docs::ManArgs),
+    /// Serve a live, read-only page of every loop on 127.0.0.1.
+    Dashboard(dashboard::DashboardArgs),
+    /// Show what a loop did since the last approval: commits, files, verdicts, spend.
+    Review(review::ReviewArgs),
+    /// Merge a loop's branch into the checkout's current branch.
+    Land(review::LandArgs),
+    /// Reset a loop's branch and worktree to the checkout's HEAD.
+    Discard(review::DiscardArgs),
     /// The demo's fake agent (used by `demo`; also handy in tests).
     #[command(hide = true)]
     FakeAgent(demo::FakeAgentArgs),
@@ -335,6 +345,10 @@ fn dispatch() -> i32 {
         Command::Report(a) => report::report(&project, a),
         Command::Completions(a) => docs::completions(a),
         Command::Man(a) => docs::man(a),
+        Command::Dashboard(a) => dashboard::dashboard(&project, a),
+        Command::Review(a) => review::review(&project, a),
+        Command::Land(a) => review::land(&project, a),
+        Command::Discard(a) => review::discard(&project, a),
     }
 }
 

@@ -44,6 +44,15 @@ pub(super) enum NoRow {
     Unreadable(String),
 }
 
+/// [`status_row`] for the dashboard and the report, which show a loop without a row
+/// from its own files.
+pub(super) fn row_of(project: &Path, name: &str) -> Result<serde_json::Value, Option<String>> {
+    status_row(project, name).map_err(|e| match e {
+        NoRow::Untracked => None,
+        NoRow::Unreadable(e) => Some(e),
+    })
+}
+
 /// One loop's row of `status` (DESIGN §10 keys, and what the table needs besides).
 pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value, NoRow> {
     let paths = LoopPaths::new(project, name);

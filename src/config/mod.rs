@@ -12,13 +12,15 @@ use crate::toml_read::{self, Str, Table};
 
 mod agent;
 mod brakes;
-mod notify;
+pub mod notify;
+mod project;
 mod sandbox;
 mod work_source;
 
 pub use agent::{Agent, AgentKeys, DEFAULT_HARNESS};
 pub use brakes::{Brakes, HARD_CONTEXT_FLOOR};
 pub use notify::Notify;
+pub use project::{ProjectConfig, is_project_config};
 pub use sandbox::{SandboxConfig, SandboxMode};
 pub use work_source::WorkSource;
 

@@ -27,6 +27,8 @@ pub enum Event {
     Schedule,
     Worktree,
     DaemonStopped,
+    Land,
+    Discard,
 }
 
 impl Event {
@@ -47,6 +49,8 @@ impl Event {
             Event::Schedule => "SCHEDULE",
             Event::Worktree => "WORKTREE",
             Event::DaemonStopped => "DAEMON_STOPPED",
+            Event::Land => "LAND",
+            Event::Discard => "DISCARD",
         }
     }
 }

@@ -77,6 +77,10 @@ pub struct Approval {
     pub cleared: Option<String>,
     #[serde(default)]
     pub extend: u64,
+    /// The commit the human approved: the tip of `loopflow/<name>` (the checkout's HEAD
+    /// for a loop without a worktree) when they approved; `review` starts there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<String>,
 }
 
 impl State {

@@ -413,6 +413,8 @@ fn shipped_toml_files_validate_against_their_schemas() {
         let schema_path = f.parent().expect("dir").join(rel.trim());
         let expected = if f.file_name().is_some_and(|n| n == "loop.toml") {
             "loop.schema.json"
+        } else if f.to_string_lossy().ends_with(".config.toml") {
+            "config.schema.json"
         } else {
             "pipeline.schema.json"
         };

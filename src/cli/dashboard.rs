@@ -1,0 +1,82 @@
+//! `loopflow dashboard`: the project's loops on a live, read-only page on 127.0.0.1. The
+//! address goes to stdout (one line, so a script or test can read it); progress to stderr.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::Args;
+
+use crate::exit;
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Serves http://127.0.0.1:PORT/ until stopped (Ctrl-C): every loop with its state, task, \
+iterations, spend, score chart and last verdict, halted loops first with the commands to review and approve them, \
+the five-deaths audit and a live log tail. GET /api/status is `status --json`; GET /events is a server-sent event \
+stream. It never approves anything, and refuses requests whose Host is not its own address.\n\nExamples:\n  \
+loopflow dashboard --open\n  loopflow dashboard --port 0   # a free port; the URL is printed"
+)]
+pub struct DashboardArgs {
+    /// The port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 7171)]
+    pub port: u16,
+    /// Open the page in the default browser.
+    #[arg(long)]
+    pub open: bool,
+}
+
+/// Opens `url` with the platform's opener, without waiting for it.
+fn open_browser(url: &str) {
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else if cfg!(windows) {
+        "explorer"
+    } else {
+        "xdg-open"
+    };
+    let spawned = std::process::Command::new(opener)
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    match spawned {
+        // Reaped in the background so it never lingers as a zombie.
+        Ok(mut child) => {
+            std::thread::spawn(move || child.wait());
+        }
+        Err(e) => {
+            eprintln!("warning: could not open a browser ({opener}: {e}); open {url} yourself")
+        }
+    }
+}
+
+pub fn dashboard(project: &Path, a: DashboardArgs) -> i32 {
+    let server = match crate::dashboard::Server::bind(project, super::status::row_of, a.port) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::STATE;
+        }
+    };
+    let url = format!("http://{}/", server.addr());
+    {
+        let mut out = std::io::stdout().lock();
+        // A closed stdout is no reason not to serve.
+        let _ = writeln!(out, "{url}").and_then(|()| out.flush());
+    }
+    eprintln!(
+        "loopflow dashboard: serving {} on {url} (read-only; Ctrl-C stops it)",
+        project.display()
+    );
+    if a.open {
+        open_browser(&url);
+    }
+    match server.run() {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::STATE
+        }
+    }
+}

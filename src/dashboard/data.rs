@@ -1,0 +1,330 @@
+//! What the page shows about each loop, assembled from its files: the `status --json` row,
+//! the state (last verdict, halt), whether its configuration loads, and an incremental
+//! scan of `.state.log` (halts by death, scores by iteration, the last lines). A loop is
+//! rebuilt only when one of its files changed, and its log is read from where the last
+//! scan stopped, so the cost of a refresh is a few `stat`s per unchanged loop.
+
+use std::collections::VecDeque;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use crate::reason::{Death, HaltReason};
+use crate::state::{LoopPaths, State};
+
+/// Builds a loop's `status --json` row (`cli::status::status_row`), handed in so this
+/// module does not depend on the command line.
+/// A loop's `status --json` row, or why it has none: `Err(None)` not a loop yet (no
+/// state), `Err(Some(message))` a state that does not load, as `status` reports it.
+pub type RowFn = fn(&Path, &str) -> Result<Value, Option<String>>;
+
+/// How much of a log the first scan reads: its newest 64 MiB. Older halts are not counted
+/// (the page says so), and a giant log cannot stall the page.
+const FIRST_SCAN: u64 = 64 << 20;
+/// Scores kept for the chart, and log lines kept per loop.
+const MAX_SCORES: usize = 120;
+const MAX_TAIL: usize = 12;
+/// New lines one update hands on for the page's log tail.
+pub const NEW_MAX: usize = 60;
+
+/// One `TICK` with a verdict: the chart's points.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    pub iteration: u64,
+    pub score: f64,
+    pub pass: bool,
+}
+
+/// What a scan of `.state.log` found so far, and where it stopped.
+#[derive(Debug, Clone, Default)]
+pub struct LogScan {
+    offset: u64,
+    /// A line the last read cut in the middle.
+    carry: Vec<u8>,
+    /// HALT lines by death, in [`Death::ALL`] order.
+    pub deaths: [u64; 5],
+    pub points: VecDeque<Point>,
+    pub tail: VecDeque<String>,
+    /// The first scan started past the log's beginning (older halts are not counted).
+    pub partial: bool,
+}
+
+impl LogScan {
+    /// Reads what was appended since the last call, and returns the newest of the complete
+    /// new lines (at most [`NEW_MAX`]). A log that shrank (rotated, truncated) is scanned
+    /// afresh.
+    pub fn update(&mut self, path: &Path) -> Vec<String> {
+        let Ok(mut f) = std::fs::File::open(path) else {
+            return Vec::new();
+        };
+        let len = f.metadata().map_or(0, |m| m.len());
+        if len < self.offset {
+            *self = LogScan::default();
+        }
+        if self.offset == 0 && len > FIRST_SCAN {
+            self.offset = len - FIRST_SCAN;
+            self.partial = true;
+        }
+        if len == self.offset || f.seek(SeekFrom::Start(self.offset)).is_err() {
+            return Vec::new();
+        }
+        let mut buf = std::mem::take(&mut self.carry);
+        let start = buf.len();
+        if f.take(len - self.offset).read_to_end(&mut buf).is_err() {
+            return Vec::new();
+        }
+        self.offset += (buf.len() - start) as u64;
+        let complete = match buf.iter().rposition(|b| *b == b'\n') {
+            Some(i) => {
+                self.carry = buf.split_off(i + 1);
+                buf
+            }
+            None => {
+                self.carry = buf;
+                return Vec::new();
+            }
+        };
+        let text = String::from_utf8_lossy(&complete);
+        let mut lines = text.lines();
+        if self.partial && start == 0 && self.deaths == [0; 5] && self.tail.is_empty() {
+            lines.next(); // the first read began mid-line
+        }
+        let mut new = VecDeque::new();
+        for line in lines {
+            self.line(line);
+            new.push_back(line.to_string());
+            if new.len() > NEW_MAX {
+                new.pop_front();
+            }
+        }
+        new.into()
+    }
+
+    fn line(&mut self, line: &str) {
+        let mut words = line.split(' ');
+        let (_, event) = (words.next(), words.next());
+        match event {
+            Some("HALT") => {
+                let reason: HaltReason = words
+                    .next()
+                    .unwrap_or("")
+                    .parse()
+                    .unwrap_or_else(|never| match never {});
+                let death = reason.death();
+                if let Some(i) = Death::ALL.iter().position(|d| *d == death) {
+                    self.deaths[i] += 1;
+                }
+            }
+            Some("TICK") => {
+                let mut p = (None, None, None);
+                for w in words {
+                    match w.split_once('=') {
+                        Some(("iter", v)) => p.0 = v.parse().ok(),
+                        Some(("score", v)) => p.1 = v.parse::<f64>().ok(),
+                        Some(("pass", v)) => p.2 = v.parse().ok(),
+                        _ => {}
+                    }
+                }
+                if let (Some(iteration), Some(score), Some(pass)) = p
+                    && score.is_finite()
+                {
+                    self.points.push_back(Point {
+                        iteration,
+                        score: score.clamp(0.0, 1.0),
+                        pass,
+                    });
+                    if self.points.len() > MAX_SCORES {
+                        self.points.pop_front();
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.tail.push_back(line.to_string());
+        if self.tail.len() > MAX_TAIL {
+            self.tail.pop_front();
+        }
+    }
+}
+
+/// Where a loop stands, for the badge and the order of the page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Standing {
+    /// Halted: a human must review and approve (goal met or not).
+    Halted,
+    /// Its state or configuration does not load: every tick fails until a human fixes it.
+    Broken,
+    Running,
+    Ready,
+}
+
+/// Everything the page shows about one loop.
+#[derive(Debug, Clone)]
+pub struct LoopView {
+    pub name: String,
+    /// The `status --json` row; `None` when it cannot be built (no or unreadable state).
+    pub row: Option<Value>,
+    /// Why the state does not load, as `status --json` lists it under `errors`.
+    pub row_error: Option<String>,
+    pub state: Option<State>,
+    /// Why the loop cannot tick, when it cannot.
+    pub broken: Option<String>,
+    pub scan: LogScan,
+}
+
+impl LoopView {
+    pub fn standing(&self) -> Standing {
+        if self.state.as_ref().is_some_and(|s| s.halt.is_some()) {
+            Standing::Halted
+        } else if self.broken.is_some() {
+            Standing::Broken
+        } else if self.row.as_ref().is_some_and(|r| r["running"] == true) {
+            Standing::Running
+        } else {
+            Standing::Ready
+        }
+    }
+
+    pub fn halt_reason(&self) -> Option<&HaltReason> {
+        self.state.as_ref()?.halt.as_ref().map(|h| &h.reason)
+    }
+}
+
+/// Why a loop's files do not load, in a sentence with what to do.
+fn broken(paths: &LoopPaths, state: &Result<State, String>, project: &Path) -> Option<String> {
+    if let Err(e) = state {
+        return Some(e.clone());
+    }
+    match crate::load::load(paths, None, project) {
+        Ok(_) => None,
+        Err(crate::load::LoadError::Config(d)) => Some(format!(
+            "invalid configuration ({} error(s)){}; every tick exits 3 until it is fixed: run `loopflow check {}`",
+            d.error_count(),
+            d.items
+                .iter()
+                .find(|x| x.is_error())
+                .map(|x| {
+                    let (line, col) = x.start();
+                    format!(": {}:{line}:{col}: {}", x.source.name, x.message)
+                })
+                .unwrap_or_default(),
+            paths.config().display()
+        )),
+        Err(e) => Some(format!("cannot load the loop: {e}")),
+    }
+}
+
+/// Builds (or, given the previous view, updates) one loop's view; also returns the log
+/// lines that are new since `prev`.
+pub fn view(
+    project: &Path,
+    name: &str,
+    row_fn: RowFn,
+    prev: Option<LoopView>,
+) -> (LoopView, Vec<String>) {
+    let paths = LoopPaths::new(project, name);
+    let state = if paths.state.exists() {
+        paths
+            .load()
+            .map_err(|e| format!("the state file does not load: {e}"))
+    } else {
+        Err(format!(
+            "no .state.loop in {}: not a loop loopflow tracks (create one with `loopflow create --loop {name}`)",
+            paths.dir.display()
+        ))
+    };
+    let mut scan = prev.map(|p| p.scan).unwrap_or_default();
+    let new = scan.update(&paths.log);
+    let row = if paths.state.exists() {
+        row_fn(project, name)
+    } else {
+        Err(None)
+    };
+    let view = LoopView {
+        name: name.to_string(),
+        row: row.as_ref().ok().cloned(),
+        row_error: row.err().flatten(),
+        broken: broken(&paths, &state, project),
+        state: state.ok(),
+        scan,
+    };
+    (view, new)
+}
+
+/// What changes when a loop's files change: size and mtime of each.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Fingerprint(Vec<Option<(u64, SystemTime)>>);
+
+impl Fingerprint {
+    pub fn of(project: &Path, name: &str) -> Fingerprint {
+        let p = LoopPaths::new(project, name);
+        Fingerprint(
+            [&p.state, &p.log, &p.lock, &p.config()]
+                .iter()
+                .map(|f| {
+                    let m = std::fs::metadata(f).ok()?;
+                    Some((m.len(), m.modified().ok()?))
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The five-deaths audit: halts by death, summed over `views`.
+pub fn total_deaths<'a>(views: impl IntoIterator<Item = &'a LoopView>) -> [u64; 5] {
+    let mut t = [0; 5];
+    for v in views {
+        for (a, b) in t.iter_mut().zip(v.scan.deaths) {
+            *a += b;
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scan_counts_halts_by_death_and_reads_only_what_is_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join(".state.log");
+        std::fs::write(
+            &log,
+            "t TICK pass=false score=0.4 iter=1\nt HALT goal_met detail=x\nt HALT lunch break\nt HALT budget_exhausted:usd\nt TICK pass=true scor",
+        )
+        .unwrap();
+        let mut s = LogScan::default();
+        assert_eq!(s.update(&log).len(), 4);
+        assert_eq!(s.deaths, [0, 1, 0, 1, 1]);
+        assert_eq!(
+            s.points.iter().copied().collect::<Vec<_>>(),
+            [Point {
+                iteration: 1,
+                score: 0.4,
+                pass: false
+            }]
+        );
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"e=0.9 iter=2\nt HALT iterations_exhausted\n")
+            .unwrap();
+        let new = s.update(&log);
+        assert_eq!(
+            new,
+            [
+                "t TICK pass=true score=0.9 iter=2",
+                "t HALT iterations_exhausted"
+            ]
+        );
+        assert_eq!(s.deaths, [1, 1, 0, 1, 1]);
+        assert_eq!(s.points.len(), 2);
+        assert!(s.update(&log).is_empty());
+        // Truncated: scanned afresh.
+        std::fs::write(&log, "t HALT verifier_failed:unparseable\n").unwrap();
+        s.update(&log);
+        assert_eq!(s.deaths, [0, 0, 1, 0, 0]);
+    }
+}

@@ -1,0 +1,197 @@
+//! The dashboard and the static report: every loop of a project on one page (DESIGN §13).
+//! [`Model`] holds what the page shows and keeps it current cheaply: a refresh `stat`s each
+//! loop's files and rebuilds only the loops whose files changed (reading only the new end
+//! of their logs). `page` renders it, `server` serves it live on loopback with
+//! server-sent events; `report --html` writes the same page once.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+mod data;
+mod page;
+mod server;
+
+pub use data::RowFn;
+use data::{Fingerprint, LoopView};
+pub use page::Mode;
+pub use server::Server;
+
+/// Log lines the page's tail keeps (across loops), and how many a loop adds at start.
+const LOG_KEEP: usize = 200;
+const LOG_SHOW: usize = 60;
+
+struct Entry {
+    fp: Fingerprint,
+    view: LoopView,
+    /// The loop's rendered card.
+    html: String,
+    /// The model version at which this loop last changed.
+    version: u64,
+}
+
+/// Every loop's view, and the project's recent log lines.
+pub struct Model {
+    project: PathBuf,
+    row_fn: RowFn,
+    entries: BTreeMap<String, Entry>,
+    version: u64,
+    /// (sequence number, loop, line), oldest first.
+    log: VecDeque<(u64, String, String)>,
+    seq: u64,
+}
+
+impl Model {
+    /// A model of `project`, read once.
+    pub fn new(project: &Path, row_fn: RowFn) -> Model {
+        let mut m = Model {
+            // Absolute, so the commands the page shows work from any directory.
+            project: std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf()),
+            row_fn,
+            entries: BTreeMap::new(),
+            version: 0,
+            log: VecDeque::new(),
+            seq: 0,
+        };
+        m.refresh();
+        m
+    }
+
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Re-reads the loops whose files changed since the last refresh; returns whether
+    /// anything did. Loops that appeared are added, loops that went away removed.
+    pub fn refresh(&mut self) -> bool {
+        let names = crate::state::list_loops(&self.project);
+        let mut changed = false;
+        let before = self.entries.len();
+        self.entries.retain(|k, _| names.binary_search(k).is_ok());
+        changed |= self.entries.len() != before;
+        let mut new_lines: Vec<(String, String)> = Vec::new();
+        for name in &names {
+            let fp = Fingerprint::of(&self.project, name);
+            if self.entries.get(name).is_some_and(|e| e.fp == fp) {
+                continue;
+            }
+            let prev = self.entries.remove(name).map(|e| e.view);
+            let (view, fresh) = data::view(&self.project, name, self.row_fn, prev);
+            new_lines.extend(fresh.into_iter().map(|l| (name.clone(), l)));
+            changed = true;
+            self.version += 1;
+            let html = page::article(&view, &self.project);
+            self.entries.insert(
+                name.clone(),
+                Entry {
+                    fp,
+                    view,
+                    html,
+                    version: self.version,
+                },
+            );
+        }
+        // Lines from different loops, in time order (the timestamp leads each line).
+        new_lines.sort_by(|a, b| a.1.split(' ').next().cmp(&b.1.split(' ').next()));
+        for (name, line) in new_lines {
+            self.seq += 1;
+            self.log.push_back((self.seq, name, line));
+            if self.log.len() > LOG_KEEP {
+                self.log.pop_front();
+            }
+        }
+        if changed {
+            self.version += 1;
+        }
+        changed
+    }
+
+    /// The loops in page order: halted first (they wait for a human), then broken, running,
+    /// ready; by name within each.
+    fn ordered(&self) -> Vec<&Entry> {
+        let mut v: Vec<&Entry> = self.entries.values().collect();
+        v.sort_by(|a, b| (a.view.standing(), &a.view.name).cmp(&(b.view.standing(), &b.view.name)));
+        v
+    }
+
+    fn views(&self) -> Vec<&LoopView> {
+        self.ordered().into_iter().map(|e| &e.view).collect()
+    }
+
+    /// The newest log lines for the page's tail.
+    fn log_tail(&self) -> Vec<(String, String)> {
+        self.log
+            .iter()
+            .rev()
+            .take(LOG_SHOW)
+            .rev()
+            .map(|(_, n, l)| (n.clone(), l.clone()))
+            .collect()
+    }
+
+    /// The page: live (with its script) or static.
+    pub fn page(&self, mode: Mode) -> String {
+        page::page(
+            &self.project,
+            &self.views(),
+            &self.log_tail(),
+            mode,
+            (self.version, self.seq),
+        )
+    }
+
+    /// How many loops the page shows.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Exactly `status --json`'s document: the rows of the loops whose state loads, by name.
+    pub fn status(&self) -> Value {
+        let rows: Vec<&Value> = self
+            .entries
+            .values()
+            .filter_map(|e| e.view.row.as_ref())
+            .collect();
+        let errors: Vec<Value> = self
+            .entries
+            .iter()
+            .filter_map(|(name, e)| {
+                let err = e.view.row_error.as_ref()?;
+                Some(json!({ "name": name, "error": err }))
+            })
+            .collect();
+        json!({ "loops": rows, "errors": errors })
+    }
+
+    /// What changed since `version` (cards, page order, summary) and the log lines after
+    /// `seq`, as one server-sent event's data.
+    pub fn update_since(&self, version: u64, seq: u64) -> Value {
+        let ordered = self.ordered();
+        let cards: serde_json::Map<String, Value> = ordered
+            .iter()
+            .filter(|e| e.version > version)
+            .map(|e| (e.view.name.clone(), Value::String(e.html.clone())))
+            .collect();
+        let views: Vec<&LoopView> = ordered.iter().map(|e| &e.view).collect();
+        let log: Vec<String> = self
+            .log
+            .iter()
+            .filter(|(s, _, _)| *s > seq)
+            .map(|(_, n, l)| page::log_line(n, l))
+            .collect();
+        json!({
+            "version": self.version,
+            "seq": self.seq,
+            "at": crate::state::now(),
+            "order": ordered.iter().map(|e| e.view.name.as_str()).collect::<Vec<_>>(),
+            "loops": cards,
+            "summary": page::summary(&views),
+            "log": log,
+        })
+    }
+
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}

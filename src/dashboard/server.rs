@@ -1,0 +1,295 @@
+//! The live dashboard's HTTP server: hyper 1 on a current-thread tokio runtime, bound to
+//! 127.0.0.1 only. Read-only (GET and HEAD; nothing it serves can approve), and a request
+//! whose `Host` is not the address it serves is refused, so a web page that rebinds its
+//! own DNS name to 127.0.0.1 cannot read the dashboard (DNS rebinding).
+//!
+//! Changes are found by polling each loop's files every [`POLL`] (a `stat` per file, see
+//! [`super::Model::refresh`]) rather than inotify: no extra crate, no watch limits, and it
+//! sees atomic renames of `.state.loop` and files on network mounts alike; at 1,000 loops a
+//! poll is a few thousand `stat`s. Each `/events` client gets one event per change.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body_util::{Either, Full};
+use hyper::body::{Body, Bytes, Frame, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::sync::{mpsc, watch};
+
+use super::{Mode, Model, RowFn};
+
+/// How often the loops' files are looked at: a change reaches the page within this plus
+/// the time to render it, well inside a second.
+pub const POLL: Duration = Duration::from_millis(500);
+/// A comment line to every `/events` client this often, so proxies and browsers keep it.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+const APP_JS: &str = include_str!("app.js");
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(
+        "cannot listen on 127.0.0.1:{port}: {source}; pass another --port (0 picks a free one)"
+    )]
+    Bind {
+        port: u16,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the dashboard's server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A bound, not yet serving, dashboard.
+pub struct Server {
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+    model: Model,
+}
+
+struct Shared {
+    model: Mutex<Model>,
+    changed: watch::Sender<u64>,
+    /// The `Host` values this server answers to: its address, by IP and as `localhost`.
+    hosts: [String; 2],
+}
+
+type Reply = Response<Either<Full<Bytes>, Sse>>;
+
+/// The body of `/events`: whatever the client's task sends.
+pub struct Sse(mpsc::Receiver<Bytes>);
+
+impl Body for Sse {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+impl Server {
+    /// Reads the project and binds 127.0.0.1:`port` (0: a free port).
+    pub fn bind(project: &Path, row_fn: RowFn, port: u16) -> Result<Server, ServeError> {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port))
+            .map_err(|source| ServeError::Bind { port, source })?;
+        let addr = listener.local_addr()?;
+        Ok(Server {
+            listener,
+            addr,
+            model: Model::new(project, row_fn),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until the process is stopped.
+    pub fn run(self) -> Result<(), ServeError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()?;
+        let port = self.addr.port();
+        let (changed, _) = watch::channel(self.model.version());
+        let shared = Arc::new(Shared {
+            model: Mutex::new(self.model),
+            changed,
+            hosts: [format!("127.0.0.1:{port}"), format!("localhost:{port}")],
+        });
+        self.listener.set_nonblocking(true)?;
+        let std_listener = self.listener;
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(std_listener)?;
+            tokio::spawn(watch_files(Arc::clone(&shared)));
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let sh = Arc::clone(&shared);
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let sh = Arc::clone(&sh);
+                        async move { Ok::<_, Infallible>(handle(&req, &sh)) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        })
+    }
+}
+
+fn lock(sh: &Shared) -> std::sync::MutexGuard<'_, Model> {
+    sh.model.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Polls the loops' files; tells every `/events` client when something changed.
+async fn watch_files(sh: Arc<Shared>) {
+    let mut every = tokio::time::interval(POLL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let version = {
+            let mut m = lock(&sh);
+            m.refresh().then(|| m.version())
+        };
+        if let Some(v) = version {
+            sh.changed.send_replace(v);
+        }
+    }
+}
+
+fn reply(status: StatusCode, kind: &'static str, body: impl Into<Bytes>) -> Reply {
+    let mut r = Response::new(Either::Left(Full::new(body.into())));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    r
+}
+
+fn text(status: StatusCode, msg: String) -> Reply {
+    reply(status, "text/plain; charset=utf-8", format!("{msg}\n"))
+}
+
+/// Whether `host` (a `Host` header) names this server.
+fn host_ok(sh: &Shared, host: Option<&str>) -> bool {
+    host.is_some_and(|h| sh.hosts.iter().any(|ok| ok.eq_ignore_ascii_case(h)))
+}
+
+fn handle(req: &Request<Incoming>, sh: &Arc<Shared>) -> Reply {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    if !host_ok(sh, host) {
+        return text(
+            StatusCode::FORBIDDEN,
+            format!(
+                "refused: Host {:?} is not this dashboard's address (a guard against DNS rebinding); open http://{}/",
+                host.unwrap_or(""),
+                sh.hosts[0]
+            ),
+        );
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the dashboard is read-only: approve with `loopflow approve`".into(),
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    match req.uri().path() {
+        "/" => {
+            let mut m = lock(sh);
+            m.refresh();
+            reply(
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                m.page(Mode::Live),
+            )
+        }
+        "/app.js" => reply(StatusCode::OK, "text/javascript; charset=utf-8", APP_JS),
+        "/api/status" => {
+            let mut m = lock(sh);
+            m.refresh();
+            let doc = serde_json::to_string_pretty(&m.status()).unwrap_or_default();
+            reply(StatusCode::OK, "application/json", format!("{doc}\n"))
+        }
+        "/events" => events(req, sh),
+        "/favicon.ico" => reply(StatusCode::NO_CONTENT, "image/x-icon", ""),
+        other => text(StatusCode::NOT_FOUND, format!("no page {other}")),
+    }
+}
+
+/// `?v=VERSION&s=SEQ`: what the client's page already shows.
+fn since(req: &Request<Incoming>) -> (u64, u64) {
+    let mut v = (0, 0);
+    for pair in req.uri().query().unwrap_or("").split('&') {
+        match pair.split_once('=') {
+            Some(("v", n)) => v.0 = n.parse().unwrap_or(0),
+            Some(("s", n)) => v.1 = n.parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    v
+}
+
+fn event(data: &serde_json::Value) -> Bytes {
+    Bytes::from(format!("event: update\ndata: {data}\n\n"))
+}
+
+/// `/events`: one `update` event per change, with the cards that changed since the
+/// version the client's page shows, the page order, the summary and the new log lines.
+fn events(req: &Request<Incoming>, sh: &Arc<Shared>) -> Reply {
+    let (tx, rx) = mpsc::channel::<Bytes>(8);
+    let (mut version, mut seq) = since(req);
+    let mut changed = sh.changed.subscribe();
+    let sh = Arc::clone(sh);
+    tokio::spawn(async move {
+        if tx.send(Bytes::from("retry: 1000\n\n")).await.is_err() {
+            return;
+        }
+        loop {
+            let update = {
+                let m = lock(&sh);
+                (m.version() > version || m.seq() > seq).then(|| {
+                    let u = m.update_since(version, seq);
+                    (u, m.version(), m.seq())
+                })
+            };
+            if let Some((u, v, s)) = update {
+                (version, seq) = (v, s);
+                if tx.send(event(&u)).await.is_err() {
+                    return;
+                }
+            }
+            match tokio::time::timeout(KEEPALIVE, changed.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    if tx.send(Bytes::from(": keepalive\n\n")).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut r = Response::new(Either::Right(Sse(rx)));
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
+}

@@ -1,0 +1,595 @@
+//! `loopflow review`: what a loop did that a human has not yet seen, in git terms.
+//!
+//! "Since the last approval" means: from the commit the last approval recorded (the tip of
+//! `loopflow/<name>` when the human approved, [`approved_head`]) to the branch's tip — but
+//! never from before what is already landed: when the branch was merged after that
+//! approval, or rewritten by `discard`, the range starts at the merge-base of the
+//! checkout's HEAD and the branch instead. A loop never approved starts at that merge-base
+//! too (where it branched off). A loop without a worktree commits on the checkout's own
+//! branch: its range ends at HEAD, and the uncommitted changes in the checkout are shown.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::git::{GitError, git, ok};
+use crate::state::{LoopPaths, State};
+
+/// The most commits a review lists (the count is always exact).
+const MAX_COMMITS: usize = 200;
+
+/// What the loop's commits since the base change.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileChange {
+    /// `A`dded, `M`odified, `D`eleted, `R`enamed, … (git's letters).
+    pub status: String,
+    pub path: String,
+    /// `None` for binary files.
+    pub added: Option<u64>,
+    pub deleted: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Commit {
+    pub sha: String,
+    pub author: String,
+    pub at: String,
+    pub subject: String,
+}
+
+/// Where the reviewed range starts, and why there.
+#[derive(Debug, Clone, Serialize)]
+pub struct Base {
+    pub commit: String,
+    /// `approval` (the head the last approval recorded), `merge-base` (where the branch
+    /// left the checkout's HEAD) or `created` (the parent of the loop's first commit).
+    pub kind: &'static str,
+}
+
+/// One tick's verdict since the base.
+#[derive(Debug, Clone, Serialize)]
+pub struct TickVerdict {
+    pub at: String,
+    pub iteration: Option<u64>,
+    pub pass: Option<bool>,
+    pub score: Option<f64>,
+    pub reasons: Vec<String>,
+    pub next_hint: Option<String>,
+}
+
+/// Everything `review` shows; `--json` prints it as one document.
+#[derive(Debug, Clone, Serialize)]
+pub struct Review {
+    #[serde(rename = "loop")]
+    pub name: String,
+    pub project: String,
+    /// `loopflow/<name>`, or `None` for a loop without a worktree.
+    pub branch: Option<String>,
+    pub worktree: Option<String>,
+    /// The checkout's current branch (what `land` merges into).
+    pub checkout_branch: Option<String>,
+    pub base: Option<Base>,
+    pub head: Option<String>,
+    /// Commits in base..head (newest first, at most 200 listed).
+    pub commits: Vec<Commit>,
+    pub commit_count: usize,
+    /// Commits `land` would merge (merge-base..tip), which may be more than reviewed.
+    pub unlanded: Option<usize>,
+    pub diffstat: String,
+    pub files: Vec<FileChange>,
+    /// Changed and untracked files not committed yet (`git status --porcelain`).
+    pub uncommitted: Vec<String>,
+    pub patch: Option<String>,
+    pub verdicts: Vec<TickVerdict>,
+    pub last_verdict: Option<crate::verdict::Verdict>,
+    pub halt: Option<crate::state::Halt>,
+    pub spent: crate::state::Spent,
+    pub iteration_count: u64,
+    pub last_approval: Option<crate::state::Approval>,
+    /// What a human runs next, in order.
+    pub next: Vec<String>,
+    /// Why something could not be shown (not a git repository, no branch, …).
+    pub notes: Vec<String>,
+}
+
+/// The loop's branch name.
+pub fn branch(name: &str) -> String {
+    format!("loopflow/{name}")
+}
+
+fn rev(cwd: &Path, spec: &str) -> Option<String> {
+    let out = git(cwd, &["rev-parse", "--verify", "--quiet", spec]).ok()?;
+    let text = String::from_utf8_lossy(&ok(out, "rev-parse").ok()?)
+        .trim()
+        .to_string();
+    (!text.is_empty()).then_some(text)
+}
+
+fn is_ancestor(cwd: &Path, a: &str, b: &str) -> bool {
+    git(cwd, &["merge-base", "--is-ancestor", a, b]).is_ok_and(|o| o.status.success())
+}
+
+/// The commit an approval made now records: the tip of the loop's branch, else (a loop
+/// without a worktree) the checkout's HEAD. Best effort: `None` outside git.
+pub fn approved_head(paths: &LoopPaths) -> Option<String> {
+    rev(
+        &paths.project,
+        &format!("refs/heads/{}", branch(&paths.name)),
+    )
+    .or_else(|| rev(&paths.project, "HEAD"))
+}
+
+/// The checkout's current branch; `None` when HEAD is detached.
+pub fn current_branch(project: &Path) -> Option<String> {
+    let out = git(project, &["symbolic-ref", "--quiet", "--short", "HEAD"]).ok()?;
+    let b = String::from_utf8_lossy(&ok(out, "symbolic-ref").ok()?)
+        .trim()
+        .to_string();
+    (!b.is_empty()).then_some(b)
+}
+
+/// `git status --porcelain` lines (untracked included) of `dir`.
+pub fn status_lines(dir: &Path, untracked: bool) -> Result<Vec<String>, GitError> {
+    let u = if untracked {
+        "--untracked-files=all"
+    } else {
+        "--untracked-files=no"
+    };
+    let out = ok(git(dir, &["status", "--porcelain=v1", u])?, "status")?;
+    Ok(String::from_utf8_lossy(&out)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// How many commits `a..b` holds.
+pub fn count_range(cwd: &Path, range: &str) -> Option<usize> {
+    let out = ok(git(cwd, &["rev-list", "--count", range]).ok()?, "rev-list").ok()?;
+    String::from_utf8_lossy(&out).trim().parse().ok()
+}
+
+fn commits(cwd: &Path, range: &[&str]) -> Result<Vec<Commit>, GitError> {
+    let max = format!("--max-count={MAX_COMMITS}");
+    let mut args = vec![
+        "log",
+        "--no-color",
+        &max,
+        "--format=%H%x1f%an%x1f%aI%x1f%s%x1e",
+    ];
+    args.extend_from_slice(range);
+    let out = ok(git(cwd, &args)?, "log")?;
+    Ok(String::from_utf8_lossy(&out)
+        .split('\u{1e}')
+        .filter_map(|rec| {
+            let mut f = rec.trim_start_matches('\n').split('\u{1f}');
+            Some(Commit {
+                sha: f.next().filter(|s| !s.is_empty())?.to_string(),
+                author: f.next()?.to_string(),
+                at: f.next()?.to_string(),
+                subject: f.next()?.to_string(),
+            })
+        })
+        .collect())
+}
+
+/// Files changed between two commits, with line counts.
+fn files(cwd: &Path, from: &str, to: &str) -> Result<Vec<FileChange>, GitError> {
+    let status = ok(
+        git(
+            cwd,
+            &["diff", "--no-color", "--name-status", "-M", "-z", from, to],
+        )?,
+        "diff --name-status",
+    )?;
+    let mut out = Vec::new();
+    let mut f = status.split(|b| *b == 0).filter(|x| !x.is_empty());
+    while let Some(code) = f.next() {
+        let code = String::from_utf8_lossy(code).to_string();
+        let renamed = code.starts_with('R') || code.starts_with('C');
+        let mut path = f.next().map(|p| String::from_utf8_lossy(p).into_owned());
+        if renamed {
+            let to = f.next().map(|p| String::from_utf8_lossy(p).into_owned());
+            path = match (path, to) {
+                (Some(a), Some(b)) => Some(format!("{a} → {b}")),
+                (a, b) => a.or(b),
+            };
+        }
+        if let Some(path) = path {
+            out.push(FileChange {
+                status: code.chars().next().unwrap_or('?').to_string(),
+                path,
+                added: None,
+                deleted: None,
+            });
+        }
+    }
+    let num = ok(
+        git(cwd, &["diff", "--no-color", "--numstat", "-M", from, to])?,
+        "diff --numstat",
+    )?;
+    for (line, fc) in String::from_utf8_lossy(&num).lines().zip(out.iter_mut()) {
+        let mut it = line.split('\t');
+        fc.added = it.next().and_then(|n| n.parse().ok());
+        fc.deleted = it.next().and_then(|n| n.parse().ok());
+    }
+    Ok(out)
+}
+
+fn text_of(cwd: &Path, args: &[&str], what: &str) -> Result<String, GitError> {
+    Ok(String::from_utf8_lossy(&ok(git(cwd, args)?, what)?).into_owned())
+}
+
+/// The last verdicts from the log (at most `n`; after the last `APPROVE` line when
+/// `since_approval`), with the reasons the verifier gave where its output is still in
+/// `outputs/`, and the state's last verdict for the newest.
+fn verdicts(paths: &LoopPaths, state: &State, since_approval: bool, n: usize) -> Vec<TickVerdict> {
+    let bytes = crate::fs_safe::tail(&paths.log, 256 * 1024).unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
+    let mut out: Vec<TickVerdict> = Vec::new();
+    for l in text.lines() {
+        let Some((at, rest)) = l.split_once(' ') else {
+            continue;
+        };
+        if since_approval && rest.starts_with("APPROVE ") {
+            out.clear();
+            continue;
+        }
+        let Some(rest) = rest.strip_prefix("TICK ") else {
+            continue;
+        };
+        let kv = |k: &str| {
+            rest.split(' ')
+                .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))
+        };
+        let t = TickVerdict {
+            at: at.to_string(),
+            iteration: kv("iter").and_then(|v| v.parse().ok()),
+            pass: kv("pass").and_then(|v| v.parse().ok()),
+            score: kv("score").and_then(|v| v.parse().ok()),
+            reasons: Vec::new(),
+            next_hint: None,
+        };
+        if t.pass.is_some() {
+            out.push(t);
+        }
+    }
+    let drop = out.len().saturating_sub(n);
+    out.drain(..drop);
+    let last = out.len().checked_sub(1);
+    for (i, t) in out.iter_mut().enumerate() {
+        let v = if Some(i) == last {
+            state.last_verdict.clone()
+        } else {
+            t.iteration.and_then(|it| {
+                let f = paths.outputs.join(format!("{it}-verify.stdout"));
+                let tail = crate::fs_safe::tail(&f, crate::fs_safe::VERDICT_TAIL).ok()?;
+                crate::verdict::parse(&String::from_utf8_lossy(&tail)).ok()
+            })
+        };
+        if let Some(v) = v {
+            t.reasons = v.reasons;
+            t.next_hint = v.next_hint;
+        }
+    }
+    out
+}
+
+/// Builds the review of one loop. Never fails: what git cannot tell goes into `notes`.
+pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Review {
+    let project = &paths.project;
+    let last_approval = state.approvals.last().cloned();
+    let mut r = Review {
+        name: paths.name.clone(),
+        project: project.display().to_string(),
+        branch: None,
+        worktree: None,
+        checkout_branch: None,
+        base: None,
+        head: None,
+        commits: Vec::new(),
+        commit_count: 0,
+        unlanded: None,
+        diffstat: String::new(),
+        files: Vec::new(),
+        uncommitted: Vec::new(),
+        patch: None,
+        verdicts: verdicts(paths, state, last_approval.is_some(), 5),
+        last_verdict: state.last_verdict.clone(),
+        halt: state.halt.clone(),
+        spent: state.spent.clone(),
+        iteration_count: state.iteration_count,
+        last_approval,
+        next: Vec::new(),
+        notes: Vec::new(),
+    };
+    if let Err(note) = fill_git(&mut r, paths, state, patch) {
+        r.notes.push(note);
+    }
+    r.next = next_commands(&r, paths);
+    r
+}
+
+fn fill_git(r: &mut Review, paths: &LoopPaths, state: &State, patch: bool) -> Result<(), String> {
+    let project = &paths.project;
+    if rev(project, "HEAD").is_none() {
+        return Err(format!(
+            "{} is not a git repository with a commit: there are no commits or diffs to show",
+            project.display()
+        ));
+    }
+    r.checkout_branch = current_branch(project);
+    let br = branch(&paths.name);
+    let approved = r.last_approval.as_ref().and_then(|a| a.head.clone());
+    let (cwd, head, base): (PathBuf, String, Option<Base>) = match rev(
+        project,
+        &format!("refs/heads/{br}"),
+    ) {
+        Some(tip) => {
+            let wt = crate::worktree::dir(paths, state);
+            r.branch = Some(br.clone());
+            r.worktree = wt.is_dir().then(|| wt.display().to_string());
+            let mb = text_of(project, &["merge-base", "HEAD", &tip], "merge-base")
+                .map(|s| s.trim().to_string())
+                .ok()
+                .filter(|s| !s.is_empty());
+            r.unlanded = mb
+                .as_ref()
+                .and_then(|m| count_range(project, &format!("{m}..{tip}")));
+            let base = match (approved, mb) {
+                (Some(a), Some(m))
+                    if is_ancestor(project, &m, &a) && is_ancestor(project, &a, &tip) =>
+                {
+                    Some(Base {
+                        commit: a,
+                        kind: "approval",
+                    })
+                }
+                (_, Some(m)) => Some(Base {
+                    commit: m,
+                    kind: "merge-base",
+                }),
+                _ => None,
+            };
+            (wt, tip, base)
+        }
+        None => {
+            // No branch of its own: the loop works (and commits) in the checkout.
+            let head = rev(project, "HEAD").unwrap_or_default();
+            let base = match approved {
+                Some(a) if is_ancestor(project, &a, &head) => Some(Base {
+                    commit: a,
+                    kind: "approval",
+                }),
+                _ => created_base(project, state),
+            };
+            if base.is_none() {
+                r.notes.push(
+                        "no approval recorded a commit and no commit by loopflow since the loop was created: showing the checkout's uncommitted changes only".into(),
+                    );
+            }
+            (project.clone(), head, base)
+        }
+    };
+    if r.branch.is_some() && r.worktree.is_none() {
+        r.notes.push(format!(
+            "the worktree of {br} is missing; run `loopflow worktree restore` to get it back"
+        ));
+    }
+    if let Some(b) = &base {
+        let range = format!("{}..{head}", b.commit);
+        r.commit_count = count_range(project, &range).unwrap_or(0);
+        r.commits = commits(project, &[&range]).map_err(|e| e.to_string())?;
+        r.files = files(project, &b.commit, &head).map_err(|e| e.to_string())?;
+        r.diffstat = text_of(
+            project,
+            &["diff", "--no-color", "--stat=100", "-M", &b.commit, &head],
+            "diff --stat",
+        )
+        .map_err(|e| e.to_string())?;
+        if patch {
+            r.patch = Some(
+                text_of(
+                    project,
+                    &["diff", "--no-color", "-M", &b.commit, &head],
+                    "diff",
+                )
+                .map_err(|e| e.to_string())?,
+            );
+        }
+    }
+    if cwd.is_dir() {
+        r.uncommitted = status_lines(&cwd, true).map_err(|e| e.to_string())?;
+        if patch && !r.uncommitted.is_empty() {
+            let wip = text_of(&cwd, &["diff", "--no-color", "HEAD"], "diff HEAD")
+                .map_err(|e| e.to_string())?;
+            let p = r.patch.get_or_insert_with(String::new);
+            p.push_str(&wip);
+        }
+    }
+    r.head = Some(head);
+    r.base = base;
+    Ok(())
+}
+
+/// For a loop without a worktree and no approval: the parent of the first commit the
+/// `git-commit` node made since the loop was created (its identity is loopflow's own).
+fn created_base(project: &Path, state: &State) -> Option<Base> {
+    let since = format!("--since={}", state.created_at.as_deref()?);
+    let out = ok(
+        git(
+            project,
+            &[
+                "log",
+                "--format=%H",
+                "--author=loopflow@localhost",
+                &since,
+                "HEAD",
+            ],
+        )
+        .ok()?,
+        "log",
+    )
+    .ok()?;
+    let first = String::from_utf8_lossy(&out).lines().last()?.to_string();
+    let parent = rev(project, &format!("{first}^"))?;
+    Some(Base {
+        commit: parent,
+        kind: "created",
+    })
+}
+
+fn next_commands(r: &Review, paths: &LoopPaths) -> Vec<String> {
+    let c = |verb: &str| crate::human::command(verb, &paths.name, &paths.project);
+    let mut next = Vec::new();
+    if r.patch.is_none() && (r.commit_count > 0 || !r.uncommitted.is_empty()) {
+        next.push(format!("{} --patch", c("review")));
+    }
+    if r.halt.is_some() {
+        next.push(format!("{} --note \"…\"", c("approve")));
+    }
+    if r.branch.is_some() && r.unlanded.unwrap_or(0) > 0 {
+        next.push(c("land"));
+        next.push(format!("{} --squash", c("land")));
+        next.push(format!("{} --yes", c("discard")));
+    }
+    next
+}
+
+/// The review as text for a terminal; every agent-written value passes [`crate::human::printable`].
+pub fn render(r: &Review) -> String {
+    use crate::human::{count, printable, score, seconds, usd};
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let state = match &r.halt {
+        Some(h) => format!(
+            "HALTED {} at iteration {} ({}){}",
+            printable(&h.reason.to_string()),
+            h.iteration,
+            h.at,
+            h.detail
+                .as_ref()
+                .map(|d| format!(": {}", printable(d)))
+                .unwrap_or_default()
+        ),
+        None => format!("running, iteration {}", r.iteration_count),
+    };
+    let _ = writeln!(o, "loop {}: {state}", r.name);
+    match (&r.branch, &r.checkout_branch) {
+        (Some(b), into) => {
+            let _ = writeln!(
+                o,
+                "branch   {b}{}",
+                into.as_ref()
+                    .map(|i| format!(" (lands into {i})"))
+                    .unwrap_or_default()
+            );
+        }
+        (None, Some(i)) => {
+            let _ = writeln!(o, "branch   none: the loop commits on {i} in the checkout");
+        }
+        (None, None) => {}
+    }
+    if let Some(w) = &r.worktree {
+        let _ = writeln!(o, "worktree {w}");
+    }
+    if let Some(b) = &r.base {
+        let short = &b.commit[..b.commit.len().min(10)];
+        let why = match b.kind {
+            "approval" => format!(
+                "the last approval ({})",
+                r.last_approval
+                    .as_ref()
+                    .map(|a| format!("{} at {}", printable(&a.by), a.at))
+                    .unwrap_or_default()
+            ),
+            "created" => "the loop's first commit".into(),
+            _ => "where the branch left the checkout's HEAD".into(),
+        };
+        let _ = writeln!(o, "since    {short}, {why}");
+    }
+    let _ = writeln!(o, "\ncommits  {}", r.commit_count);
+    for c in &r.commits {
+        let _ = writeln!(
+            o,
+            "  {} {}  ({}, {})",
+            &c.sha[..c.sha.len().min(10)],
+            printable(&c.subject),
+            printable(&c.author),
+            c.at
+        );
+    }
+    if r.commit_count > r.commits.len() {
+        let _ = writeln!(o, "  … and {} more", r.commit_count - r.commits.len());
+    }
+    if let Some(u) = r.unlanded.filter(|u| *u != r.commit_count) {
+        let _ = writeln!(
+            o,
+            "  ({u} commit(s) in all are not on the checkout's branch yet)"
+        );
+    }
+    if !r.files.is_empty() {
+        let (a, d) = r.files.iter().fold((0, 0), |(a, d), f| {
+            (a + f.added.unwrap_or(0), d + f.deleted.unwrap_or(0))
+        });
+        let _ = writeln!(o, "\nfiles    {} changed, +{a} -{d}", r.files.len());
+        for f in &r.files {
+            let n = match (f.added, f.deleted) {
+                (Some(a), Some(d)) => format!("+{a} -{d}"),
+                _ => "binary".into(),
+            };
+            let _ = writeln!(o, "  {}  {}  {n}", f.status, printable(&f.path));
+        }
+    }
+    if !r.uncommitted.is_empty() {
+        let _ = writeln!(o, "\nuncommitted ({})", r.uncommitted.len());
+        for l in &r.uncommitted {
+            let _ = writeln!(o, "  {}", printable(l));
+        }
+    }
+    if !r.verdicts.is_empty() {
+        let _ = writeln!(o, "\nverdicts");
+        for v in &r.verdicts {
+            let _ = writeln!(
+                o,
+                "  iter {:<4} {}  score {}  {}",
+                v.iteration.map_or("?".into(), |i| i.to_string()),
+                match v.pass {
+                    Some(true) => "pass",
+                    Some(false) => "fail",
+                    None => "?   ",
+                },
+                v.score.map_or("-".into(), score),
+                v.at
+            );
+            for reason in &v.reasons {
+                let _ = writeln!(o, "      - {}", printable(reason));
+            }
+            if let Some(h) = &v.next_hint {
+                let _ = writeln!(o, "      next: {}", printable(h));
+            }
+        }
+    }
+    let _ = writeln!(
+        o,
+        "\nspent    {} · {} tokens · {}",
+        usd(r.spent.usd),
+        count(r.spent.tokens),
+        seconds(r.spent.seconds)
+    );
+    for n in &r.notes {
+        let _ = writeln!(o, "note: {}", printable(n));
+    }
+    if !r.next.is_empty() {
+        let _ = writeln!(o, "\nnext");
+        for n in &r.next {
+            let _ = writeln!(o, "  {n}");
+        }
+    }
+    o
+}
+
+/// The review as JSON.
+pub fn to_json(r: &Review) -> Value {
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}
