@@ -1,18 +1,29 @@
-//! Benchmark: a full tick of the default pipeline whose agents are `true` (and `echo` for
-//! the verifier's verdict), against the bare floor of spawning the same three processes
-//! with output to files and writing one state file atomically. Reported as a ratio
-//! measured in the same run; run with `cargo bench --bench tick`.
+//! Benchmark: `loopflow run` as a scheduler fires it (`<exe> run --loop X --project DIR`,
+//! a process of its own) against the floor (`benches/floor.rs`: a small process that
+//! spawns the same three agents with output to per-tick files and writes one state file
+//! atomically), in one interleaved run: every round times a floor process and a tick
+//! back to back (alternating which goes first), once with `[sandbox] mode = "off"`
+//! against the bare floor and once with the sandbox on (`"auto"`: Landlock here) against
+//! the floor whose spawns are confined too. Reported: the per-pair ratio (median, the
+//! 10th–90th percentile and the extremes), so machine noise shows as spread instead of
+//! hiding in a mean.
+//!
+//! The loop is in its steady state: its `.state.log` is past 64 KiB (a loop that has
+//! ticked for a while) and its outputs accumulate tick after tick, as the floor's do.
+//!
+//! Run it with `scripts/bench tick` (builds the release binaries it needs), or
+//! `cargo bench --bench tick` after `cargo build --release` with `LOOPFLOW_FLOOR_BIN`
+//! naming the built floor. `BENCH_ROUNDS` (default 60) sets the pairs per mode.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use loopflow::testing::{CreateOptions, RunOptions, create, run_tick};
+use loopflow::testing::{CreateOptions, LoopPaths, create};
 
 const VERDICT: &str = r#"{"pass": false, "score": 0.5}"#;
 
-fn loop_toml() -> String {
+fn loop_toml(sandbox: &str) -> String {
     format!(
         r#"[brakes]
 max_iterations = 1000000
@@ -32,59 +43,49 @@ prompt = "prompts/loop-orchestrate.md"
 
 [worktree]
 enabled = false
+
+[sandbox]
+mode = "{sandbox}"
 "#
     )
 }
 
-/// The floor: what any runner must do at the least. With `round`, each agent's output
-/// goes to new per-tick files (as DESIGN §2's `outputs/<N>-<node>.*` asks of any runner);
-/// without, to the same files every time (the barest possible floor).
-fn floor(dir: &Path, round: Option<usize>) {
-    for (i, argv) in [vec!["true"], vec!["echo", VERDICT], vec!["true"]]
+/// A release binary: `var` when set, else the first path that exists.
+fn binary(var: &str, candidates: &[PathBuf]) -> PathBuf {
+    if let Some(p) = std::env::var_os(var) {
+        return PathBuf::from(p);
+    }
+    candidates
         .iter()
-        .enumerate()
-    {
-        let tag = round.map_or(String::new(), |r| format!("{r}-"));
-        let out =
-            std::fs::File::create(dir.join(format!("{tag}floor-{i}.stdout"))).expect("stdout file");
-        let err =
-            std::fs::File::create(dir.join(format!("{tag}floor-{i}.stderr"))).expect("stderr file");
-        let status = Command::new(argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .status()
-            .expect("spawn");
-        assert!(status.success());
-    }
-    let state = dir.join("floor.state");
-    loopflow::testing::write_atomic(dir, &state, b"{\"iteration_count\": 1}\n")
-        .expect("atomic write");
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!("set {var} (or run scripts/bench, which builds and finds the binaries)")
+        })
 }
 
-/// The verifier always says 0.5; clear the score history (untimed) before the window
-/// fills so the plateau brake never ends the benchmark.
-fn reset_history(paths: &loopflow::testing::LoopPaths) {
-    let mut s = paths.load().expect("state");
-    if s.score_history.len() >= 40 {
-        s.score_history.clear();
-        loopflow::testing::save(&paths.state, &s).expect("save");
-    }
+/// The newest `target/release/deps/floor-*` executable (what `cargo bench` built).
+fn built_floor(root: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> =
+        std::fs::read_dir(root.join("target/release/deps"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("floor-") && !n.contains('.'))
+            })
+            .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
+            .collect();
+    found.sort();
+    found.into_iter().rev().map(|(_, p)| p).collect()
 }
 
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn main() {
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
+/// A loop set up for the benchmark, with a log past 64 KiB.
+fn project(sandbox: &str) -> (tempfile::TempDir, LoopPaths) {
     let project = tempfile::tempdir().expect("tempdir");
-    let floor_dir = tempfile::tempdir().expect("tempdir");
     let o = CreateOptions {
         name: "bench",
         template: "default",
@@ -93,70 +94,272 @@ fn main() {
         harness: None,
     };
     let paths = create(project.path(), &o).expect("create loop");
-    std::fs::write(paths.dir.join("loop.toml"), loop_toml()).expect("loop.toml");
-    let exe = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/loopflow");
-    let cli = exe.exists();
-    let cancel = AtomicBool::new(false);
-    let opts = RunOptions::default();
+    std::fs::write(paths.dir.join("loop.toml"), loop_toml(sandbox)).expect("loop.toml");
+    let old: String = (0..1600)
+        .map(|i| format!("2026-11-01T00:00:00Z WARN msg=\"an older event, number {i:05}\"\n"))
+        .collect();
+    std::fs::write(&paths.log, old).expect("log");
+    (project, paths)
+}
 
-    // Warm up caches, page in binaries.
-    for _ in 0..10 {
-        floor(floor_dir.path(), None);
-        run_tick(project.path(), "bench", &opts, &cancel).expect("tick");
+/// The verifier always says 0.5: clear the score history (untimed) before the plateau
+/// brake would end the benchmark.
+fn reset_history(paths: &LoopPaths) {
+    let mut s = paths.load().expect("state");
+    if s.score_history.len() >= 40 {
+        s.score_history.clear();
+        loopflow::testing::save(&paths.state, &s).expect("save");
     }
-    let (mut f, mut fo, mut t, mut c) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for round in 0..rounds {
-        let s = Instant::now();
-        floor(floor_dir.path(), None);
-        f.push(s.elapsed());
-        let s = Instant::now();
-        floor(floor_dir.path(), Some(round));
-        fo.push(s.elapsed());
-        let s = Instant::now();
-        let sum = run_tick(project.path(), "bench", &opts, &cancel).expect("tick");
-        t.push(s.elapsed());
-        assert_eq!(format!("{:?}", sum.outcome), "Tick", "{sum:?}");
-        reset_history(&paths);
-        if cli {
-            let s = Instant::now();
-            let st = Command::new(&exe)
-                .args(["--project"])
-                .arg(project.path())
-                .args(["run", "--loop", "bench"])
-                .stdout(Stdio::null())
-                .status()
-                .expect("spawn loopflow");
-            c.push(s.elapsed());
-            assert!(st.success());
-            reset_history(&paths);
+}
+
+fn timed(cmd: &mut Command) -> Duration {
+    let start = Instant::now();
+    let st = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("spawn");
+    let d = start.elapsed();
+    assert!(st.success(), "{cmd:?} failed: {st}");
+    d
+}
+
+struct Mode {
+    name: &'static str,
+    floor_args: &'static [&'static str],
+    project: tempfile::TempDir,
+    paths: LoopPaths,
+    floor_dir: tempfile::TempDir,
+    floor: Vec<Duration>,
+    tick: Vec<Duration>,
+}
+
+impl Mode {
+    fn new(name: &'static str, sandbox: &str, floor_args: &'static [&'static str]) -> Mode {
+        let (project, paths) = project(sandbox);
+        let floor_dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(floor_dir.path().join("outputs")).expect("outputs");
+        Mode {
+            name,
+            floor_args,
+            project,
+            paths,
+            floor_dir,
+            floor: Vec::new(),
+            tick: Vec::new(),
         }
     }
-    let (mf, mfo, mt) = (median(&mut f), median(&mut fo), median(&mut t));
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!("tick benchmark ({rounds} rounds, medians)");
-    println!(
-        "  floor A: 3 agents, output to reused files, 1 atomic write: {:>7.3} ms",
-        ms(mf)
-    );
-    println!(
-        "  floor B: the same, output to new per-tick files:           {:>7.3} ms",
-        ms(mfo)
-    );
-    let row = |what: &str, d: Duration| {
+
+    fn round(&mut self, exe: &Path, floor: &Path, round: usize, tick_first: bool) {
+        let mut f = Command::new(floor);
+        f.arg(self.floor_dir.path())
+            .arg(round.to_string())
+            .args(self.floor_args);
+        let mut t = Command::new(exe);
+        t.args(["run", "--loop", "bench", "--project"])
+            .arg(self.project.path());
+        if tick_first {
+            self.tick.push(timed(&mut t));
+            self.floor.push(timed(&mut f));
+        } else {
+            self.floor.push(timed(&mut f));
+            self.tick.push(timed(&mut t));
+        }
+        reset_history(&self.paths);
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn median_ms(v: &[Duration]) -> f64 {
+    let mut ms: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    percentile(&ms, 0.5)
+}
+
+/// Syscalls one process made, from an `strace -f` log: its own threads only (a clone
+/// that makes a child hands that pid to the child), by name.
+fn syscalls(log: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut threads = std::collections::HashSet::new();
+    let mut clone_thread = std::collections::HashMap::new();
+    let mut counts = std::collections::BTreeMap::new();
+    for line in log.lines() {
+        let Some((pid, rest)) = line.split_once(char::is_whitespace) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if threads.is_empty() {
+            threads.insert(pid);
+        }
+        if !threads.contains(&pid) {
+            continue;
+        }
+        let rest = rest.trim_start();
+        let name = if let Some(r) = rest.strip_prefix("<... ") {
+            r.split(' ').next().unwrap_or("")
+        } else {
+            let n = rest.split('(').next().unwrap_or("");
+            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                continue;
+            }
+            *counts.entry(n.to_string()).or_insert(0) += 1;
+            n
+        };
+        if matches!(name, "clone" | "clone3" | "vfork" | "fork") {
+            if !rest.starts_with("<...") {
+                clone_thread.insert(pid, rest.contains("CLONE_THREAD"));
+            }
+            if !rest.ends_with("<unfinished ...>")
+                && let Some(new) = rest.rsplit("= ").next().and_then(|n| n.trim().parse().ok())
+                && clone_thread.remove(&pid) == Some(true)
+            {
+                threads.insert(new);
+            }
+        }
+    }
+    counts
+}
+
+/// Instructions (callgrind, this process only; `None` with the sandbox on, as valgrind
+/// does not know Landlock's syscalls) and syscalls (strace) of one run.
+fn count(
+    cmd: &[std::ffi::OsString],
+    instructions: bool,
+) -> (Option<u64>, u64, std::collections::BTreeMap<String, u64>) {
+    let ir = instructions.then(|| callgrind(cmd));
+    let log = tempfile::NamedTempFile::new().expect("temp");
+    let st = Command::new("strace")
+        .args(["-f", "-o"])
+        .arg(log.path())
+        .args(cmd)
+        .stdout(Stdio::null())
+        .status()
+        .expect("strace (install it: apt-get install strace)");
+    assert!(st.success());
+    let by_name = syscalls(&std::fs::read_to_string(log.path()).expect("strace log"));
+    (ir, by_name.values().sum(), by_name)
+}
+
+fn callgrind(cmd: &[std::ffi::OsString]) -> u64 {
+    let out = Command::new("valgrind")
+        .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
+        .args(cmd)
+        .stdout(Stdio::null())
+        .output()
+        .expect("valgrind (install it: apt-get install valgrind)");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{cmd:?} under valgrind:\n{text}");
+    text.lines()
+        .find_map(|l| {
+            l.split_once("Collected : ")
+                .map(|(_, n)| n.trim().parse().ok())
+        })
+        .flatten()
+        .unwrap_or_else(|| panic!("no instruction count from valgrind:\n{text}"))
+}
+
+/// `--counts`: one tick and one floor per mode, counted.
+fn counts(exe: &Path, floor: &Path, modes: &mut [Mode]) {
+    println!("instructions (callgrind, the process itself) and syscalls (strace -f, its threads):");
+    for m in modes {
+        let floor_cmd: Vec<std::ffi::OsString> =
+            [floor.as_os_str(), m.floor_dir.path().as_os_str()]
+                .into_iter()
+                .map(Into::into)
+                .chain(["999".into()])
+                .chain(m.floor_args.iter().map(Into::into))
+                .collect();
+        let tick_cmd: Vec<std::ffi::OsString> = [exe.as_os_str()]
+            .into_iter()
+            .map(Into::into)
+            .chain(["run", "--loop", "bench", "--project"].map(Into::into))
+            .chain([m.project.path().as_os_str().into()])
+            .collect();
+        let instructions = m.floor_args.is_empty();
+        let (fi, fs, _) = count(&floor_cmd, instructions);
+        let (ti, ts, by_name) = count(&tick_cmd, instructions);
+        reset_history(&m.paths);
+        let ir = |n: Option<u64>| {
+            n.map_or("(n/a under valgrind)".to_string(), |n| {
+                format!("{n} instructions")
+            })
+        };
         println!(
-            "  {what:<59}{:>7.3} ms   {:.2}x A   {:.2}x B",
-            ms(d),
-            ms(d) / ms(mf),
-            ms(d) / ms(mfo)
-        )
-    };
-    row("loopflow tick in process (library run_tick):", mt);
-    if cli {
-        row(
-            "loopflow run as a process (release binary):",
-            median(&mut c),
+            "  {}: floor {}, {fs} syscalls; tick {}, {ts} syscalls",
+            m.name,
+            ir(fi),
+            ir(ti)
         );
-    } else {
-        println!("  (build the release binary first to also time `loopflow run` as a process)");
+        if std::env::var_os("BENCH_SYSCALLS").is_some() {
+            let mut v: Vec<_> = by_name.into_iter().collect();
+            v.sort_by_key(|e| std::cmp::Reverse(e.1));
+            let line: Vec<String> = v.iter().map(|(n, c)| format!("{n} {c}")).collect();
+            println!("    {}", line.join(", "));
+        }
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = binary("LOOPFLOW_BIN", &[root.join("target/release/loopflow")]);
+    let floor = binary("LOOPFLOW_FLOOR_BIN", &built_floor(root));
+    let mut modes = [
+        Mode::new("sandbox off", "off", &[]),
+        Mode::new("sandbox on ", "auto", &["--sandbox"]),
+    ];
+    // Warm up caches and page in the binaries; not counted.
+    for m in &mut modes {
+        for r in 0..5 {
+            m.round(&exe, &floor, 1_000_000 + r, r % 2 == 0);
+        }
+        m.floor.clear();
+        m.tick.clear();
+    }
+    if std::env::args().any(|a| a == "--counts") {
+        counts(&exe, &floor, &mut modes);
+        return;
+    }
+    for r in 0..rounds {
+        for m in &mut modes {
+            m.round(&exe, &floor, r, r % 2 == 1);
+        }
+    }
+    println!(
+        "tick benchmark: {rounds} interleaved pairs per mode ({})",
+        exe.display()
+    );
+    println!("  `loopflow run` (a process) against the floor (a process: 3 spawns, output to");
+    println!("  per-tick files, 1 fsync'd atomic state write), ratio per pair:");
+    for m in &modes {
+        let mut ratios: Vec<f64> = m
+            .tick
+            .iter()
+            .zip(&m.floor)
+            .map(|(t, f)| t.as_secs_f64() / f.as_secs_f64())
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "  {}: floor {:>6.3} ms, tick {:>6.3} ms (medians); tick/floor median {:.3}x, p10-p90 {:.3}-{:.3}x, min-max {:.3}-{:.3}x",
+            m.name,
+            median_ms(&m.floor),
+            median_ms(&m.tick),
+            percentile(&ratios, 0.5),
+            percentile(&ratios, 0.1),
+            percentile(&ratios, 0.9),
+            ratios[0],
+            ratios[ratios.len() - 1],
+        );
     }
 }
