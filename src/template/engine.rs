@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use handlebars::{Context, Handlebars, RenderContext, Renderable, StringOutput, Template};
 use serde_json::Value;
 
+use super::compile::compile_plain;
 use super::scan::find2;
 
 /// The engine: strict mode (a missing variable is an error), no HTML escaping (an argv
@@ -21,18 +22,28 @@ pub fn engine() -> Handlebars<'static> {
 /// Compiles a template once per process: `check` and rendering share the result, so a
 /// tick parses each prompt and argv element once (handlebars' parser dominated a tick's
 /// CPU time before this cache).
-pub(super) fn compiled(text: &str) -> Result<Arc<Template>, handlebars::TemplateError> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Template>>>> = OnceLock::new();
+///
+/// Three compilers, cheapest first: the plain subset ([`compile_plain`]: no parser at
+/// all), the skeleton of a long prompt ([`compile_fast`]), handlebars itself. The first two
+/// build the same elements as the third but not its element-to-position map, so the
+/// second value says whether render errors from this template carry exact positions.
+pub(super) fn compiled(text: &str) -> Result<(Arc<Template>, bool), handlebars::TemplateError> {
+    type Cache = Mutex<HashMap<String, (Arc<Template>, bool)>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    if let Some(t) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(text) {
-        return Ok(Arc::clone(t));
+    if let Some((t, exact)) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(text) {
+        return Ok((Arc::clone(t), *exact));
     }
-    let t = Arc::new(compile_fast(text).map_or_else(|| Template::compile(text), Ok)?);
+    let (t, exact) = match compile_plain(text).or_else(|| compile_fast(text)) {
+        Some(t) => (t, false),
+        None => (Template::compile(text)?, true),
+    };
+    let t = Arc::new(t);
     cache
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(text.to_string(), Arc::clone(&t));
-    Ok(t)
+        .insert(text.to_string(), (Arc::clone(&t), exact));
+    Ok((t, exact))
 }
 
 /// Placeholder brackets: private-use code points, never in a template we fast-path.
@@ -169,13 +180,25 @@ pub fn render(hb: &Handlebars<'_>, text: &str, ctx: &Value) -> Result<String, Re
             _ => reason,
         }
     };
-    let tpl = compiled(text).map_err(|e| RenderError(e.reason().to_string()))?;
-    let data = Context::wraps(ctx).map_err(|e| RenderError(describe(&e)))?;
-    let mut rc = RenderContext::new(None);
-    let mut out = StringOutput::new();
-    tpl.render(hb, &data, &mut rc, &mut out)
-        .map_err(|e| RenderError(describe(&e)))?;
-    out.into_string().map_err(|e| RenderError(e.to_string()))
+    let (tpl, exact) = compiled(text).map_err(|e| RenderError(e.reason().to_string()))?;
+    // A clone, not `Context::wraps`, which copies the value through serde.
+    let data = Context::from(ctx.clone());
+    let run = |tpl: &Template| {
+        let mut rc = RenderContext::new(None);
+        let mut out = StringOutput::new();
+        tpl.render(hb, &data, &mut rc, &mut out)
+            .map_err(|e| RenderError(describe(&e)))?;
+        out.into_string().map_err(|e| RenderError(e.to_string()))
+    };
+    match run(&tpl) {
+        // The error of a template compiled without positions is handlebars' own, with
+        // its line and column: rendered once more from handlebars' compile.
+        Err(_) if !exact => {
+            let exact = Template::compile(text).map_err(|e| RenderError(e.reason().to_string()))?;
+            run(&exact)
+        }
+        r => r,
+    }
 }
 
 /// Is a rendered `when` condition true? Empty, `false` and `0` are false.
@@ -281,6 +304,18 @@ mod tests {
             "the fast path was taken only {fast_paths} times"
         );
         assert!(rendered > 250, "only {rendered} templates rendered");
+    }
+
+    /// A template compiled without positions still fails with handlebars' own message,
+    /// line and column included.
+    #[test]
+    fn render_errors_keep_their_positions() {
+        let hb = engine();
+        let ctx = serde_json::json!({"a": 1});
+        let text = "line {{a}}\n  {{missing}}";
+        assert!(compiled(text).is_ok_and(|(_, exact)| !exact));
+        let e = render(&hb, text, &ctx).unwrap_err();
+        assert!(e.to_string().contains("(line 2, column 3)"), "{e}");
     }
 
     #[test]
