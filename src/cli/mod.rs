@@ -18,6 +18,7 @@ mod dashboard;
 mod demo;
 mod docs;
 mod drift;
+mod fast;
 mod init;
 mod report;
 mod review;
@@ -275,6 +276,11 @@ pub fn main() -> i32 {
 }
 
 fn dispatch() -> i32 {
+    // What a scheduler fires (`run --loop X --project DIR`) skips building clap's
+    // command tree; anything else goes through clap.
+    if let Some(cli) = fast::parse(std::env::args_os().skip(1)) {
+        return execute(cli);
+    }
     let parsed = command()
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m).map(|c| (c, m)));
@@ -302,6 +308,11 @@ fn dispatch() -> i32 {
             return exit::USAGE;
         }
     }
+    execute(cli)
+}
+
+/// Runs a parsed command line.
+fn execute(cli: Cli) -> i32 {
     let project = project_root(cli.project.as_deref());
     if !matches!(
         cli.command,
