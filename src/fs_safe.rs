@@ -20,12 +20,31 @@ pub const TEXT_MAX: u64 = 16 << 20;
 /// FIFO an agent put in place of a prompt or the state would hang a plain `open`, and a
 /// device could be endless.
 pub fn open_regular(path: &Path) -> io::Result<File> {
+    open_regular_len(path).map(|(f, _)| f)
+}
+
+/// [`open_regular`], with the file's length (from the same `fstat`).
+fn open_regular_len(path: &Path) -> io::Result<(File, u64)> {
     let mut o = OpenOptions::new();
     o.read(true);
     nonblocking(&mut o);
     let f = o.open(path)?;
-    regular(&f)?;
-    Ok(f)
+    let m = f.metadata()?;
+    if !m.is_file() {
+        return Err(not_regular());
+    }
+    Ok((f, m.len()))
+}
+
+fn not_regular() -> io::Error {
+    io::Error::other("is not a regular file; loopflow reads and writes only regular files here")
+}
+
+/// A buffer for reading `len` bytes (at most `cap`) in one `read`, plus the one that
+/// sees the end: without it, `read_to_end` starts at 32 bytes and doubles, six to nine
+/// reads for a small file.
+fn buffer(len: u64, cap: u64) -> Vec<u8> {
+    Vec::with_capacity(usize::try_from(len.min(cap)).unwrap_or(0).saturating_add(1))
 }
 
 /// Refuses anything but a regular file.
@@ -33,9 +52,7 @@ pub fn regular(f: &File) -> io::Result<()> {
     if f.metadata()?.is_file() {
         Ok(())
     } else {
-        Err(io::Error::other(
-            "is not a regular file; loopflow reads and writes only regular files here",
-        ))
+        Err(not_regular())
     }
 }
 
@@ -51,19 +68,19 @@ pub fn nonblocking(o: &mut OpenOptions) -> &mut OpenOptions {
 
 /// At most the first `cap` bytes of `path`.
 pub fn head(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    open_regular(path)?.take(cap).read_to_end(&mut out)?;
+    let (f, len) = open_regular_len(path)?;
+    let mut out = buffer(len, cap);
+    f.take(cap).read_to_end(&mut out)?;
     Ok(out)
 }
 
 /// At most the last `cap` bytes of `path`.
 pub fn tail(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
-    let mut f = open_regular(path)?;
-    let len = f.metadata()?.len();
+    let (mut f, len) = open_regular_len(path)?;
     if len > cap {
         f.seek(SeekFrom::Start(len - cap))?;
     }
-    let mut out = Vec::new();
+    let mut out = buffer(len, cap);
     f.take(cap).read_to_end(&mut out)?;
     Ok(out)
 }

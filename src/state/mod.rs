@@ -147,22 +147,35 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
 /// Reads a state file. A file that does not parse is reported with line and column.
 pub fn load(path: &Path) -> Result<State, StateError> {
     let text = crate::fs_safe::read_to_string(path).map_err(io_err(path))?;
-    // Look at the version first so a newer format is named as such, not as corruption.
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
-        && let Some(found) = v.get("schema_version").and_then(serde_json::Value::as_u64)
-        && found > u64::from(SCHEMA_VERSION)
-    {
-        return Err(StateError::TooNew {
-            path: path.to_path_buf(),
-            found: found as u32,
-        });
-    }
-    serde_json::from_str(&text).map_err(|e| StateError::Corrupt {
+    from_text(path, &text)
+}
+
+/// A state file's text, parsed once. A newer format is named as such, not as corruption:
+/// by the parsed version, or — when a newer format does not parse as this one — by a
+/// second, untyped look at its `schema_version`.
+pub fn from_text(path: &Path, text: &str) -> Result<State, StateError> {
+    let too_new = |found: u64| StateError::TooNew {
         path: path.to_path_buf(),
-        line: e.line(),
-        column: e.column(),
-        message: e.to_string(),
-    })
+        found: found as u32,
+    };
+    match serde_json::from_str::<State>(text) {
+        Ok(s) if s.schema_version > SCHEMA_VERSION => Err(too_new(u64::from(s.schema_version))),
+        Ok(s) => Ok(s),
+        Err(e) => {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(text)
+                && let Some(found) = v.get("schema_version").and_then(serde_json::Value::as_u64)
+                && found > u64::from(SCHEMA_VERSION)
+            {
+                return Err(too_new(found));
+            }
+            Err(StateError::Corrupt {
+                path: path.to_path_buf(),
+                line: e.line(),
+                column: e.column(),
+                message: e.to_string(),
+            })
+        }
+    }
 }
 
 /// Atomic replace: temp file in the same directory, fsync, rename, fsync the directory.
