@@ -170,7 +170,7 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
         Some(s) => s.spawn_via_thread(&mut cmd),
         None => cmd.spawn(),
     };
-    let mut child = match spawned {
+    let child = match spawned {
         Ok(c) => c,
         Err(e) => {
             let why = match e.kind() {
@@ -187,12 +187,10 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
     if let Some(f) = spec.on_spawn {
         f(pgid);
     }
-    // A waiter thread blocks in wait(); this thread watches the deadline, the output's
-    // growth and the interrupt flag, so an exit is noticed at once and the rest in POLL.
-    let (tx, rx) = mpsc::channel();
-    let waiter = std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
+    // This thread waits for the exit (a pidfd, else a waiter thread) with a timeout, and
+    // between waits watches the deadline, the output's growth and the interrupt flag, so
+    // an exit is noticed at once and the rest within POLL.
+    let mut waiting = Waiting::new(child);
     let deadline = spec.timeout.map(|t| start + t);
     let mut heard = (output_len(&spec.stdout, &spec.stderr), Instant::now());
     let outcome = loop {
@@ -200,13 +198,10 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
             Some(d) => d.saturating_duration_since(Instant::now()).min(POLL),
             None => POLL,
         };
-        match rx.recv_timeout(step) {
-            Ok(Ok(status)) => break exit_of(&status),
-            Ok(Err(e)) => break Exit::SpawnFailed(e.to_string()),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                break Exit::SpawnFailed("lost the child".into());
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        match waiting.wait_for(step) {
+            Some(Ok(status)) => break exit_of(&status),
+            Some(Err(e)) => break Exit::SpawnFailed(e.to_string()),
+            None => {}
         }
         if let Some(f) = spec.on_poll {
             f();
@@ -230,13 +225,13 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
     match outcome {
         Exit::TimedOut | Exit::Interrupted | Exit::Idle(_) => {
             stop_group(pgid);
-            let _ = rx.recv();
+            let _ = waiting.wait();
         }
         // The node is over: whatever it left running in its group goes too.
         _ if group_alive(pgid) => stop_group(pgid),
         _ => {}
     }
-    let _ = waiter.join();
+    waiting.finish();
     if let Ok(mut t) = tracked().lock() {
         t.remove(&pgid);
     }
@@ -244,6 +239,104 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
         exit: outcome,
         elapsed: start.elapsed(),
     }
+}
+
+/// A child being waited for: through a pidfd (Linux 5.3+: readable once the child has
+/// exited, so a wait with a timeout is one `poll`), else through a thread blocked in
+/// `wait` (what every spawn cost before: a thread, a channel and their syscalls).
+enum Waiting {
+    #[cfg(target_os = "linux")]
+    Fd(std::process::Child, std::os::fd::OwnedFd),
+    Thread {
+        rx: mpsc::Receiver<Waited>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    },
+}
+
+type Waited = std::io::Result<std::process::ExitStatus>;
+
+impl Waiting {
+    fn new(child: std::process::Child) -> Waiting {
+        #[cfg(target_os = "linux")]
+        if let Some(fd) = pidfd_open(child.id()) {
+            return Waiting::Fd(child, fd);
+        }
+        let (tx, rx) = mpsc::channel();
+        let mut child = child;
+        let thread = std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        Waiting::Thread {
+            rx,
+            thread: Some(thread),
+        }
+    }
+
+    /// The exit, if the child ends within `timeout`.
+    fn wait_for(&mut self, timeout: Duration) -> Option<Waited> {
+        match self {
+            #[cfg(target_os = "linux")]
+            Waiting::Fd(child, fd) => {
+                use std::os::fd::AsRawFd;
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // Rounded up: a deadline less than a millisecond away must not spin.
+                let ms = i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+                // SAFETY: one valid pollfd, its count, a timeout.
+                let ready = unsafe { libc::poll(&mut p, 1, ms) };
+                if ready <= 0 {
+                    return None; // timed out, or a signal (EINTR): the caller looks again
+                }
+                match child.try_wait() {
+                    Ok(Some(status)) => Some(Ok(status)),
+                    Ok(None) => None,
+                    Err(e) => Some(Err(e)),
+                }
+            }
+            Waiting::Thread { rx, .. } => match rx.recv_timeout(timeout) {
+                Ok(r) => Some(r),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    Some(Err(std::io::Error::other("lost the child")))
+                }
+            },
+        }
+    }
+
+    /// Waits for the exit, however long it takes.
+    fn wait(&mut self) -> Waited {
+        match self {
+            #[cfg(target_os = "linux")]
+            Waiting::Fd(child, _) => child.wait(),
+            Waiting::Thread { rx, .. } => rx
+                .recv()
+                .unwrap_or_else(|_| Err(std::io::Error::other("lost the child"))),
+        }
+    }
+
+    /// Lets the waiter thread (if any) end.
+    fn finish(self) {
+        if let Waiting::Thread { mut thread, .. } = self
+            && let Some(t) = thread.take()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A pidfd for `pid` (close-on-exec, as the kernel always makes it); `None` where the
+/// kernel has no `pidfd_open` (before 5.3) or refuses it.
+#[cfg(target_os = "linux")]
+pub(crate) fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open(pid, flags) takes integers and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// Makes this process the reaper of its orphaned descendants (Linux), so a process an
