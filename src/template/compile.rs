@@ -14,9 +14,12 @@
 //! Cost: one pass over the text, linear in its length.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use handlebars::template::{ExpressionSpecBuilder, HelperTemplate, Parameter, TemplateElement};
 use handlebars::{Path, PathSeg, Template};
+
+use super::scan::find2;
 
 /// The block helpers of the subset (each takes exactly one path argument).
 const BLOCKS: &[&str] = &["if", "unless", "each", "with"];
@@ -68,7 +71,7 @@ fn tokens(text: &str) -> Option<Vec<Tok<'_>>> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < text.len() {
-        let Some(open) = text[i..].find("{{").map(|p| i + p) else {
+        let Some(open) = find2(&text[i..], b'{').map(|p| i + p) else {
             out.push(Tok::Text(i, text.len()));
             break;
         };
@@ -79,7 +82,7 @@ fn tokens(text: &str) -> Option<Vec<Tok<'_>>> {
         if text[..open].ends_with('\\') {
             return None;
         }
-        let close = open + 2 + text[open + 2..].find("}}")?;
+        let close = open + 2 + find2(&text[open + 2..], b'}')?;
         let inner = &text[open + 2..close];
         let body = inner.trim_start_matches(pest_ws);
         let body = body.strip_prefix('/').unwrap_or(body);
@@ -155,21 +158,38 @@ fn standalone(source: &str, a: usize, b: usize, front: &mut Template) -> bool {
     a == 0 || leading
 }
 
+/// A helper template, cloned from one of four made once (handlebars offers no
+/// constructor but a builder, which clones every field on each build).
 fn helper(
     name: Parameter,
     params: Vec<Parameter>,
     block: bool,
     indent: bool,
 ) -> Option<HelperTemplate> {
-    let spec = ExpressionSpecBuilder::default()
-        .name(name)
-        .params(params)
-        .hash(HashMap::new())
-        .omit_pre_ws(false)
-        .omit_pro_ws(false)
-        .build()
-        .ok()?;
-    Some(HelperTemplate::new(spec, block, indent))
+    static PROTOTYPES: OnceLock<Option<[HelperTemplate; 4]>> = OnceLock::new();
+    let protos = PROTOTYPES.get_or_init(|| {
+        let make = |block, indent| {
+            let spec = ExpressionSpecBuilder::default()
+                .name(Parameter::Name(String::new()))
+                .params(Vec::new())
+                .hash(HashMap::new())
+                .omit_pre_ws(false)
+                .omit_pro_ws(false)
+                .build()
+                .ok()?;
+            Some(HelperTemplate::new(spec, block, indent))
+        };
+        Some([
+            make(false, false)?,
+            make(false, true)?,
+            make(true, false)?,
+            make(true, true)?,
+        ])
+    });
+    let mut h = protos.as_ref()?[usize::from(block) * 2 + usize::from(indent)].clone();
+    h.name = name;
+    h.params = params;
+    Some(h)
 }
 
 /// The template handlebars would compile from `source`, when `source` is in the subset.
