@@ -19,6 +19,10 @@ pub struct Loaded {
     pub pipeline: Pipeline,
     /// The pipeline file, when it is not the built-in tick.
     pub pipeline_path: Option<PathBuf>,
+    /// A digest of each file as this load read it (loop.toml, the pipeline file, the
+    /// prompts it checked), so the tick's tamper check starts from exactly what it runs
+    /// without reading them all again.
+    pub digests: Vec<(PathBuf, u64)>,
 }
 
 /// Why a loop could not be loaded. `Config` is exit 3, `Io` exit 4.
@@ -97,10 +101,11 @@ pub fn load(
 ) -> Result<Loaded, LoadError> {
     let mut diags = Diagnostics::default();
     let cfg_path = paths.config();
-    let partial = match LoopConfig::read_partial(&cfg_path, base, &mut diags) {
-        Ok(c) => c,
-        Err(e) => return Err(read_error(&cfg_path, base, e)),
-    };
+    let text =
+        crate::fs_safe::read_to_string(&cfg_path).map_err(|e| read_error(&cfg_path, base, e))?;
+    let mut digests = vec![(cfg_path.clone(), digest(text.as_bytes()))];
+    let name = crate::diag::display_name(&cfg_path, base);
+    let partial = LoopConfig::from_text(text, &cfg_path, name, &mut diags);
     let Some(Partial { config, complete }) = partial else {
         diags.finish();
         return Err(LoadError::Config(diags));
@@ -109,9 +114,20 @@ pub fn load(
     let pipeline_path = pipeline_arg
         .map(Path::to_path_buf)
         .or_else(|| config.pipeline.as_ref().map(|p| p.0.clone()));
+    let mut prompts = Vec::new();
     let pipeline = match pipeline {
         PipelineRead::Valid(p) => {
-            cross_check(&config, &p.view(), &p.source.name, base, &mut diags);
+            if let Some(path) = &pipeline_path {
+                digests.push((path.clone(), digest(p.source.text.as_bytes())));
+            }
+            cross_check_reading(
+                &config,
+                &p.view(),
+                &p.source.name,
+                base,
+                &mut diags,
+                &mut prompts,
+            );
             Some(*p)
         }
         PipelineRead::Invalid(d) => {
@@ -124,14 +140,24 @@ pub fn load(
         }
     };
     diags.finish();
+    digests.extend(
+        prompts
+            .iter()
+            .map(|(p, src)| (p.clone(), digest(src.text.as_bytes()))),
+    );
     match pipeline {
         Some(pipeline) if complete && !diags.has_errors() => Ok(Loaded {
             config,
             pipeline,
             pipeline_path,
+            digests,
         }),
         _ => Err(LoadError::Config(diags)),
     }
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    crate::state::tamper::digest_bytes(bytes)
 }
 
 /// A loop's `loop.toml` alone, checked (for commands that need no pipeline: `gate`,
@@ -401,6 +427,18 @@ pub fn cross_check(
     base: &Path,
     diags: &mut Diagnostics,
 ) {
+    cross_check_reading(lc, view, pipeline_name, base, diags, &mut Vec::new());
+}
+
+/// [`cross_check`], handing back every prompt file it read (path and text).
+fn cross_check_reading(
+    lc: &LoopConfig,
+    view: &View<'_>,
+    pipeline_name: &str,
+    base: &Path,
+    diags: &mut Diagnostics,
+    read: &mut Vec<(PathBuf, SourceRef)>,
+) {
     let mut prompt_sources: IndexMap<PathBuf, Option<SourceRef>> = IndexMap::new();
     for (v, node) in view.nodes().iter().enumerate() {
         let Some(role) = node.spec.role() else {
@@ -502,10 +540,18 @@ pub fn cross_check(
         if let Some((path, lit)) = &cfg.compaction_prompt {
             match Source::read(path, base) {
                 Err(_) => diags.push(missing_prompt(lc, "compaction prompt", path, lit, base)),
-                Ok(src) => view.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags),
+                Ok(src) => {
+                    view.check_template(&Tmpl::file(&src), v, TemplatePlace::Prompt, diags);
+                    read.push((path.clone(), src));
+                }
             }
         }
     }
+    read.extend(
+        prompt_sources
+            .into_iter()
+            .filter_map(|(p, src)| Some((p, src?))),
+    );
     check_model_divergence(lc, view, diags);
 }
 

@@ -54,22 +54,29 @@ pub fn forged_fields(start: &State, disk: &State) -> Vec<&'static str> {
 pub struct Watched(Vec<(PathBuf, u64)>);
 
 impl Watched {
-    /// Digests `files` now (duplicates once).
-    pub fn new(files: impl IntoIterator<Item = PathBuf>) -> Watched {
+    /// Digests `files` (duplicates once), taking the digest of a file from `known` (of
+    /// its bytes as the tick just read them) instead of reading it again.
+    pub fn with_known(
+        files: impl IntoIterator<Item = PathBuf>,
+        known: &[(PathBuf, u64)],
+    ) -> Watched {
         let mut files: Vec<PathBuf> = files.into_iter().collect();
         files.dedup();
         Watched(
             files
                 .into_iter()
                 .map(|f| {
-                    let d = digest(&f);
+                    let d = known
+                        .iter()
+                        .find(|(k, _)| *k == f)
+                        .map_or_else(|| digest(&f), |(_, d)| *d);
                     (f, d)
                 })
                 .collect(),
         )
     }
 
-    /// The watched files whose contents changed since [`Watched::new`].
+    /// The watched files whose contents changed since [`Watched::with_known`].
     pub fn changed(&self) -> Vec<String> {
         self.0
             .iter()
@@ -80,10 +87,19 @@ impl Watched {
 }
 
 fn digest(path: &Path) -> u64 {
-    let mut h = std::hash::DefaultHasher::new();
     match crate::fs_safe::head(path, crate::fs_safe::TEXT_MAX + 1) {
-        Ok(bytes) => bytes.hash(&mut h),
-        Err(e) => e.kind().to_string().hash(&mut h),
+        Ok(bytes) => digest_bytes(&bytes),
+        Err(e) => {
+            let mut h = std::hash::DefaultHasher::new();
+            e.kind().to_string().hash(&mut h);
+            h.finish()
+        }
     }
+}
+
+/// The digest of a watched file's contents.
+pub fn digest_bytes(bytes: &[u8]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    bytes.hash(&mut h);
     h.finish()
 }
