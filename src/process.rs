@@ -83,6 +83,15 @@ pub struct Finished {
     pub elapsed: Duration,
 }
 
+/// How many processes [`run`] started in this process so far.
+static SPAWNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many processes [`run`] has started (or tried to) in this process: what an agent
+/// can change on disk can only have changed when this did.
+pub fn spawn_count() -> u64 {
+    SPAWNS.load(Ordering::SeqCst)
+}
+
 /// The pids of children a `run` is waiting for: never reaped or killed as leftovers.
 fn tracked() -> &'static Mutex<HashSet<u32>> {
     static TRACKED: std::sync::OnceLock<Mutex<HashSet<u32>>> = std::sync::OnceLock::new();
@@ -126,6 +135,7 @@ fn output_len(a: &Path, b: &Path) -> u64 {
 }
 
 pub fn run(spec: &Spawn<'_>) -> Finished {
+    SPAWNS.fetch_add(1, Ordering::SeqCst);
     let start = Instant::now();
     let failed = |why: String| Finished {
         exit: Exit::SpawnFailed(why),
@@ -192,7 +202,12 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
     // an exit is noticed at once and the rest within POLL.
     let mut waiting = Waiting::new(child);
     let deadline = spec.timeout.map(|t| start + t);
-    let mut heard = (output_len(&spec.stdout, &spec.stderr), Instant::now());
+    // Only an idle timeout needs the output's growth.
+    let mut heard = (
+        spec.idle
+            .map_or(0, |_| output_len(&spec.stdout, &spec.stderr)),
+        Instant::now(),
+    );
     let outcome = loop {
         let step = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()).min(POLL),

@@ -104,6 +104,15 @@ pub struct HaltWatch {
 }
 
 impl HaltWatch {
+    /// A watch that has already looked: the state the tick read at its start, and the
+    /// file's stamp taken just before that read (so any change after it is looked at).
+    pub fn starting_from(stamp: Option<(u64, u64, i128)>, start: &State) -> HaltWatch {
+        HaltWatch {
+            seen: Mutex::new(start.halt.clone()),
+            last: Mutex::new(stamp),
+        }
+    }
+
     /// Looks at the state file if it changed since the last look (one `stat`).
     pub fn look(&self, paths: &LoopPaths) {
         let Ok(m) = std::fs::symlink_metadata(&paths.state) else {
@@ -131,6 +140,13 @@ impl HaltWatch {
     pub fn seen(&self) -> Option<Halt> {
         self.seen.lock().ok().and_then(|s| s.clone())
     }
+}
+
+/// The state file's stamp now, `None` when it cannot be read.
+pub fn stamp_now(paths: &LoopPaths) -> Option<(u64, u64, i128)> {
+    std::fs::symlink_metadata(&paths.state)
+        .ok()
+        .map(|m| stamp(&m))
 }
 
 fn stamp(m: &std::fs::Metadata) -> (u64, u64, i128) {

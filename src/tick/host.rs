@@ -46,6 +46,9 @@ pub(super) struct Tick<'a> {
     pub watched: Watched,
     /// Halts seen in the state file during the tick.
     pub halts: HaltWatch,
+    /// [`crate::process::spawn_count`] when the loop's directories were last checked for
+    /// planted symlinks (`u64::MAX`: not yet).
+    pub symlinks_checked: std::sync::atomic::AtomicU64,
     /// The task this tick works on (the gate's, else the state's).
     pub task: Option<String>,
     pub cache_dir: PathBuf,
@@ -306,15 +309,21 @@ impl Host for Tick<'_> {
         self.cancel.load(Ordering::SeqCst)
     }
 
-    fn before_node(&self, spawns: bool) -> Result<(), Stop> {
+    fn before_node(&self, runs_process: bool) -> Result<(), Stop> {
         self.halts.look(self.paths);
-        // Again before every node: an agent earlier in this tick may have swapped
-        // `outputs/` (or the loop directory) for a symlink.
-        self.paths
-            .refuse_symlinks()
-            .map_err(|e| Stop::Fail(Failure::State(e.to_string())))?;
+        // Again before every node that follows a spawn: an agent earlier in this tick
+        // may have swapped `outputs/` (or the loop directory) for a symlink. Only a
+        // process can; between nodes that ran none, the last look still holds.
+        let spawns = crate::process::spawn_count();
+        if self.symlinks_checked.swap(spawns, Ordering::SeqCst) != spawns {
+            self.paths.refuse_symlinks().map_err(|e| {
+                // Looked at again before the next node too.
+                self.symlinks_checked.store(u64::MAX, Ordering::SeqCst);
+                Stop::Fail(Failure::State(e.to_string()))
+            })?;
+        }
         // Spend counts as soon as a node ends: past a budget, no further process runs.
-        if spawns && let Some((unit, detail)) = self.crossed() {
+        if runs_process && let Some((unit, detail)) = self.crossed() {
             return Err(Stop::Halt(HaltReason::BudgetExhausted(unit), detail));
         }
         Ok(())

@@ -250,6 +250,8 @@ fn run_locked(
     cancel: &AtomicBool,
 ) -> Result<Summary, RunError> {
     let base = std::env::current_dir().unwrap_or_else(|_| paths.project.clone());
+    // Taken before the read: whatever changes the file after it is looked at again.
+    let stamp = guard::stamp_now(paths);
     let state = match paths.load() {
         Ok(s) => s,
         Err(e) => {
@@ -324,12 +326,14 @@ fn run_locked(
         lock,
         confine,
         log_start,
-        watched: Watched::new(
+        watched: Watched::with_known(
             std::iter::once(paths.config())
                 .chain(loaded.pipeline_path.clone())
                 .chain(loaded.config.prompt_files().map(Path::to_path_buf)),
+            &loaded.digests,
         ),
-        halts: guard::HaltWatch::default(),
+        halts: guard::HaltWatch::starting_from(stamp, &state),
+        symlinks_checked: std::sync::atomic::AtomicU64::new(u64::MAX),
         task: gate
             .task
             .as_ref()
@@ -345,7 +349,7 @@ fn run_locked(
     }
     crate::process::become_subreaper();
     let result = tick.execute(&scope, opts.parallel, repaired);
-    let _ = std::fs::remove_dir_all(&tmp);
+    remove_dir_all(&tmp);
     result
 }
 
@@ -362,19 +366,36 @@ fn prepare_dirs(paths: &LoopPaths, tmp: &Path, out: &Path, cwd: &Path) -> Result
     };
     std::fs::create_dir_all(&paths.outputs).map_err(io(&paths.outputs))?;
     let tmp_root = paths.dir.join("tmp");
-    let _ = std::fs::remove_dir_all(&tmp_root);
+    // Empty after every tick that ended: one rmdir, and the walk only for leftovers.
+    remove_dir_all(&tmp_root);
     std::fs::create_dir_all(tmp).map_err(io(tmp))?;
     if cwd.is_dir() {
-        if std::fs::symlink_metadata(out).is_ok_and(|m| !m.is_dir()) {
-            let _ = std::fs::remove_file(out);
+        match std::fs::symlink_metadata(out) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                let _ = std::fs::remove_file(out);
+                std::fs::create_dir_all(out).map_err(io(out))?;
+            }
+            Err(_) => std::fs::create_dir_all(out).map_err(io(out))?,
         }
-        std::fs::create_dir_all(out).map_err(io(out))?;
         let ignore = out.join(".gitignore");
         if std::fs::read(&ignore).ok().as_deref() != Some(b"*\n") {
             crate::fs_safe::write_owned(&ignore, b"*\n").map_err(io(&ignore))?;
         }
     }
     Ok(())
+}
+
+/// Removes a directory tree, best effort: `rmdir` first, which is all an empty one needs
+/// (the walk of `remove_dir_all` costs ten syscalls even then).
+fn remove_dir_all(p: &Path) {
+    match std::fs::remove_dir(p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(_) => {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
 }
 
 /// How many ticks run in this process (more than one only in a daemon).
