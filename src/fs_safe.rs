@@ -49,7 +49,12 @@ fn buffer(len: u64, cap: u64) -> Vec<u8> {
 
 /// Refuses anything but a regular file.
 pub fn regular(f: &File) -> io::Result<()> {
-    if f.metadata()?.is_file() {
+    regular_meta(&f.metadata()?)
+}
+
+/// [`regular`], from metadata already at hand.
+pub fn regular_meta(m: &std::fs::Metadata) -> io::Result<()> {
+    if m.is_file() {
         Ok(())
     } else {
         Err(not_regular())
@@ -111,18 +116,18 @@ pub fn nofollow(o: &mut OpenOptions) -> &mut OpenOptions {
 
 /// A file with a second name elsewhere (a hard link an agent planted) is not loopflow's
 /// to append to.
-pub fn refuse_hard_link(f: &File) -> io::Result<()> {
+pub fn refuse_hard_link_meta(m: &std::fs::Metadata) -> io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        if f.metadata()?.nlink() > 1 {
+        if m.nlink() > 1 {
             return Err(io::Error::other(
                 "has more than one hard link; loopflow never writes through one (remove it)",
             ));
         }
     }
     #[cfg(not(unix))]
-    let _ = f;
+    let _ = m;
     Ok(())
 }
 
@@ -130,12 +135,19 @@ pub fn refuse_hard_link(f: &File) -> io::Result<()> {
 /// `path` (a planted symlink or hard link included) is unlinked first, then the file is
 /// created exclusively, so nothing outside the loop directory is ever truncated or written.
 pub fn create_owned(path: &Path) -> io::Result<File> {
+    let create = || nofollow(OpenOptions::new().write(true).create_new(true)).open(path);
+    // Nearly always nothing is there: the exclusive create alone, and the unlink only
+    // when it finds something.
+    match create() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        other => return other,
+    }
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    nofollow(OpenOptions::new().write(true).create_new(true)).open(path)
+    create()
 }
 
 /// [`create_owned`], then writes `bytes`.

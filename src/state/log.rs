@@ -7,7 +7,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use super::{StateError, io_err, now};
-use crate::fs_safe::{nofollow, refuse_hard_link, regular};
+use crate::fs_safe::{nofollow, refuse_hard_link_meta, regular_meta};
 
 /// The events the log records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,8 +122,10 @@ pub fn append(path: &Path, event: Event, args: &[LogArg<'_>]) -> Result<String, 
     let mut f = nofollow(OpenOptions::new().create(true).append(true))
         .open(path)
         .map_err(io_err(path))?;
-    refuse_hard_link(&f).map_err(io_err(path))?;
-    regular(&f).map_err(io_err(path))?;
+    // One fstat for both refusals.
+    let m = f.metadata().map_err(io_err(path))?;
+    refuse_hard_link_meta(&m).map_err(io_err(path))?;
+    regular_meta(&m).map_err(io_err(path))?;
     // One write call per line: O_APPEND keeps concurrent writers' lines whole.
     f.write_all(line.as_bytes()).map_err(io_err(path))?;
     Ok(line)
