@@ -14,6 +14,40 @@ use crate::sandbox::{Mode, Policy, Prepared, Sandbox, SandboxError, Shortfall};
 pub struct Confinement {
     backend: Option<Box<dyn Sandbox>>,
     base: Policy,
+    /// The last policy prepared (the extra paths it added, what the kernel got for it,
+    /// and the identity of every path it names), reused while those paths are the same
+    /// files: building a ruleset opens and adds a rule for each path (~40 syscalls), and
+    /// a tick prepared one for the verdict, the audit command and every agent.
+    last: std::sync::Mutex<Option<Reused>>,
+}
+
+struct Reused {
+    extra: Vec<PathBuf>,
+    prepared: Prepared,
+    ids: Vec<Option<(u64, u64)>>,
+}
+
+/// (device, inode) of each path a policy's rules are bound to: a rule holds the file it
+/// was made for, so a path deleted and made again since needs a new ruleset.
+fn identities(p: &Policy) -> Vec<Option<(u64, u64)>> {
+    p.write_dirs
+        .iter()
+        .chain(&p.write_files)
+        .chain(&p.devices)
+        .map(|f| {
+            let m = std::fs::metadata(f).ok()?;
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::MetadataExt;
+                Some((m.dev(), m.ino()))
+            }
+            #[cfg(not(unix))]
+            {
+                let _ = m;
+                None
+            }
+        })
+        .collect()
 }
 
 /// Whether the tick may run its agents, and what to say about it.
@@ -34,6 +68,7 @@ impl Confinement {
             return Confinement {
                 backend: None,
                 base: Policy::new(),
+                last: Default::default(),
             };
         }
         let mut base = Policy::new()
@@ -61,16 +96,18 @@ impl Confinement {
         Confinement {
             backend: Some(crate::sandbox::platform_default()),
             base,
+            last: Default::default(),
         }
     }
 
     /// What the kernel gives for the tick's policy, said once before any agent runs.
     pub fn verdict(&self) -> Verdict {
-        let Some(b) = &self.backend else {
+        if self.backend.is_none() {
             return Verdict::Ok;
-        };
-        match b.prepare(&self.base) {
-            Ok(p) => {
+        }
+        match self.prepare(&[]) {
+            Ok(None) => Verdict::Ok,
+            Ok(Some(p)) => {
                 let missing: Vec<String> = p
                     .shortfalls()
                     .iter()
@@ -117,6 +154,9 @@ impl Confinement {
     /// The sandbox of one spawn: the tick's policy plus the agent's own state
     /// directories (created if missing: the agent would create them anyway, and a rule
     /// needs the directory to exist). `None` when the sandbox is off.
+    ///
+    /// The ruleset of the previous call is reused when it was made for the same extra
+    /// paths and every path of the policy is still the file it was then (one `stat` each).
     pub fn prepare(&self, extra: &[PathBuf]) -> Result<Option<Prepared>, SandboxError> {
         let Some(b) = &self.backend else {
             return Ok(None);
@@ -126,7 +166,21 @@ impl Confinement {
             let _ = std::fs::create_dir_all(d);
             policy = policy.write_dir(d.clone());
         }
-        b.prepare(&policy).map(Some)
+        let ids = identities(&policy);
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = last.as_ref()
+            && r.extra == extra
+            && r.ids == ids
+        {
+            return Ok(Some(r.prepared.clone()));
+        }
+        let prepared = b.prepare(&policy)?;
+        *last = Some(Reused {
+            extra: extra.to_vec(),
+            prepared: prepared.clone(),
+            ids,
+        });
+        Ok(Some(prepared))
     }
 }
 
