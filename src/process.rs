@@ -379,6 +379,24 @@ fn environ(pid: i32) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Whether this process has any child at all, running or exited, of any of its threads:
+/// one `waitid` that reaps nothing, against reading `/proc` for every thread.
+#[cfg(target_os = "linux")]
+fn has_children() -> bool {
+    // SAFETY: waitid writes only the siginfo we pass; WNOWAIT leaves every child as it is.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let r = unsafe {
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WSTOPPED | libc::WCONTINUED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // Only "no child processes" says there are none; anything else, look.
+    !(r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+}
+
 /// The direct children of this process (every thread's), from `/proc`.
 #[cfg(target_os = "linux")]
 fn own_children() -> Vec<i32> {
@@ -422,6 +440,9 @@ pub fn reap_leftovers(marks: &[String]) -> usize {
             // Held while listing and collecting, so a child being spawned right now is
             // either tracked already or not yet a child.
             let tracked = tracked().lock().unwrap_or_else(|e| e.into_inner());
+            if !has_children() {
+                break;
+            }
             let untracked: Vec<i32> = own_children()
                 .into_iter()
                 .filter(|p| !tracked.contains(&(*p as u32)))
