@@ -292,8 +292,7 @@ fn run_locked(
         }
         .into());
     }
-    let tick_no = state.iteration_count.saturating_add(1);
-    let tmp = paths.tick_tmp(tick_no);
+    let tmp = paths.tick_tmp();
     let output_dir = cwd.join(OUTPUT_DIR);
     if !opts.dry_run {
         prepare_dirs(paths, &tmp, &output_dir, &cwd)?;
@@ -349,26 +348,31 @@ fn run_locked(
     }
     crate::process::become_subreaper();
     let result = tick.execute(&scope, opts.parallel, repaired);
-    remove_dir_all(&tmp);
+    empty_dir(&tmp, None);
     result
 }
 
 /// Where agents write their `{{output}}` files, inside their working directory.
 pub const OUTPUT_DIR: &str = ".loopflow-out";
 
-/// The tick's own directories: `outputs/`, its private `TMPDIR` (earlier ticks' are
-/// removed: a killed tick leaves its own), and the `{{output}}` directory in the working
-/// directory, which ignores itself so `git status` and `git-commit` never see it.
+/// The tick's own directories: `outputs/`, its private `TMPDIR` (emptied: a killed tick
+/// leaves its files, and anything else under `tmp/` goes), and the `{{output}}` directory
+/// in the working directory, which ignores itself so `git status` and `git-commit` never
+/// see it.
 fn prepare_dirs(paths: &LoopPaths, tmp: &Path, out: &Path, cwd: &Path) -> Result<(), StateError> {
     let io = |p: &Path| {
         let p = p.to_path_buf();
         move |source| StateError::Io { path: p, source }
     };
-    std::fs::create_dir_all(&paths.outputs).map_err(io(&paths.outputs))?;
-    let tmp_root = paths.dir.join("tmp");
-    // Empty after every tick that ended: one rmdir, and the walk only for leftovers.
-    remove_dir_all(&tmp_root);
-    std::fs::create_dir_all(tmp).map_err(io(tmp))?;
+    if !std::fs::symlink_metadata(&paths.outputs).is_ok_and(|m| m.is_dir()) {
+        std::fs::create_dir_all(&paths.outputs).map_err(io(&paths.outputs))?;
+    }
+    if let Some(root) = tmp.parent() {
+        empty_dir(root, tmp.file_name());
+    }
+    if !empty_dir(tmp, None) {
+        std::fs::create_dir_all(tmp).map_err(io(tmp))?;
+    }
     if cwd.is_dir() {
         match std::fs::symlink_metadata(out) {
             Ok(m) if m.is_dir() => {}
@@ -386,16 +390,30 @@ fn prepare_dirs(paths: &LoopPaths, tmp: &Path, out: &Path, cwd: &Path) -> Result
     Ok(())
 }
 
-/// Removes a directory tree, best effort: `rmdir` first, which is all an empty one needs
-/// (the walk of `remove_dir_all` costs ten syscalls even then).
-fn remove_dir_all(p: &Path) {
-    match std::fs::remove_dir(p) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(_) => {
-            let _ = std::fs::remove_dir_all(p);
+/// Removes everything in directory `dir` but the entry named `keep`, best effort, never
+/// through a symlink; something at `dir` that is not a directory is removed. Whether a
+/// directory is there now.
+fn empty_dir(dir: &Path, keep: Option<&std::ffi::OsStr>) -> bool {
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            let _ = std::fs::remove_file(dir);
+            return false;
+        }
+        Err(_) => return false,
+    }
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if keep.is_some_and(|k| k == e.file_name()) {
+            continue;
+        }
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(&p);
+        } else {
+            let _ = std::fs::remove_file(&p);
         }
     }
+    true
 }
 
 /// How many ticks run in this process (more than one only in a daemon).
