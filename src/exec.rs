@@ -3,6 +3,7 @@
 //! walk ended. It knows outcomes, never node kinds by name; it prints nothing and writes
 //! nothing (the tick does, from what it returns).
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use crate::node::{Host, NodeCtx, NodeOutput, NodeRun, Settled, TickScope};
@@ -104,32 +105,78 @@ fn ctx<'a>(
         Settled {
             ids: &index.ids,
             roles: &index.roles,
-            order: &p.dag.order,
+            dag: &p.dag,
             outputs,
         },
-        &p.dag.ancestors[v],
     )
+}
+
+/// Which nodes are still to be taken, and which of them have all their needs settled
+/// (ran, failed, or were skipped), by position in the topological order. Each node
+/// becomes ready once, when the count of its unsettled needs reaches zero: the walk's
+/// bookkeeping is O((n + e) log n) in all. (Picking each wave by looking at every
+/// remaining node's needs was O(n) per wave: O(n²) for a sequential walk, 21 s for a
+/// 10,000-node tick.)
+struct Frontier {
+    remaining: BTreeSet<usize>,
+    ready: BTreeSet<usize>,
+    unsettled: Vec<u32>,
+    settled: Vec<bool>,
+}
+
+impl Frontier {
+    fn new(p: &Pipeline) -> Frontier {
+        let n = p.nodes.len();
+        let unsettled: Vec<u32> = (0..n).map(|v| p.dag.needs(v).len() as u32).collect();
+        Frontier {
+            remaining: (0..n).collect(),
+            ready: (0..n)
+                .filter(|&v| unsettled[v] == 0)
+                .map(|v| p.dag.position(v))
+                .collect(),
+            unsettled,
+            settled: vec![false; n],
+        }
+    }
+
+    /// `v` is settled: its dependents have one need fewer to wait for.
+    fn settle(&mut self, p: &Pipeline, v: usize) {
+        if std::mem::replace(&mut self.settled[v], true) {
+            return;
+        }
+        for &d in p.dag.dependents(v) {
+            let d = d as usize;
+            self.unsettled[d] -= 1;
+            let at = p.dag.position(d);
+            if self.unsettled[d] == 0 && self.remaining.contains(&at) {
+                self.ready.insert(at);
+            }
+        }
+    }
+
+    /// `v` is taken by a wave.
+    fn take(&mut self, p: &Pipeline, v: usize) {
+        let at = p.dag.position(v);
+        self.remaining.remove(&at);
+        self.ready.remove(&at);
+    }
 }
 
 /// Walks `p` in topological order (in waves of independent nodes with `parallel`).
 pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool) -> Walked {
     let index = Index::new(p);
     let mut w = Walked::new(p.nodes.len());
-    let mut remaining: Vec<usize> = p.dag.order.clone();
-    'waves: while !remaining.is_empty() {
+    let mut f = Frontier::new(p);
+    'waves: while let Some(&first) = f.remaining.first() {
         // A wave: every node whose needs are all settled. Sequential runs take one node.
         let mut wave = Vec::new();
-        for (k, &v) in remaining.iter().enumerate() {
-            let ready = p.nodes[v].needs.iter().all(|n| {
-                p.index
-                    .get(&n.value)
-                    .is_some_and(|&u| w.status[u] != NodeStatus::NotRun || w.outputs[u].is_some())
-            });
+        for &at in &f.ready {
+            let v = p.dag.order[at];
             // A committing node waits until every node before it in the sequential order
             // has settled, so `--parallel` commits exactly when a sequential run would
             // (an earlier failure on an independent branch aborts both before the commit).
-            let commit_early = k > 0 && p.nodes[v].spec.commits();
-            if ready && !commit_early {
+            let commit_early = at != first && p.nodes[v].spec.commits();
+            if !commit_early {
                 wave.push(v);
                 if !parallel {
                     break;
@@ -139,7 +186,9 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
         if wave.is_empty() {
             break;
         }
-        remaining.retain(|v| !wave.contains(v));
+        for &v in &wave {
+            f.take(p, v);
+        }
         let mut to_run = Vec::new();
         for &v in &wave {
             if w.status[v] == NodeStatus::Skipped {
@@ -159,7 +208,9 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
                     Ok(r) if template::truthy(&r) => {}
                     Ok(_) => {
                         drop(c);
-                        skip_from(p, &mut w.status, &mut w.when_skip, v);
+                        for s in skip_from(p, &mut w.status, &mut w.when_skip, v) {
+                            f.settle(p, s);
+                        }
                         continue;
                     }
                     Err(e) => {
@@ -203,6 +254,10 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
                 .collect()
         };
         drop(to_run);
+        // Every node of the wave is settled now, whatever its result.
+        for &v in &wave {
+            f.settle(p, v);
+        }
         // Apply results in topological order so parallel and sequential runs agree.
         let mut stop = None;
         for (v, r, ms) in results {
@@ -262,18 +317,29 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
     w
 }
 
-/// Marks `v` and everything downstream as skipped by a false `when`.
-fn skip_from(p: &Pipeline, status: &mut [NodeStatus], when_skip: &mut Option<String>, v: usize) {
-    let mut set = p.dag.descendants(v);
-    set.push(v);
-    for d in set {
-        if status[d] == NodeStatus::NotRun {
-            status[d] = NodeStatus::Skipped;
-            if p.nodes[d].spec.commits() && when_skip.is_none() {
-                *when_skip = Some(p.nodes[v].id.value.clone());
-            }
+/// Marks `v` and everything downstream as skipped by a false `when`; returns the nodes
+/// it marked. The walk stops at nodes already skipped (everything below them is too), so
+/// all the skips of one tick cost O(n + e) together.
+fn skip_from(
+    p: &Pipeline,
+    status: &mut [NodeStatus],
+    when_skip: &mut Option<String>,
+    v: usize,
+) -> Vec<usize> {
+    let mut marked = Vec::new();
+    let mut stack = vec![v];
+    while let Some(d) = stack.pop() {
+        if status[d] != NodeStatus::NotRun {
+            continue;
         }
+        status[d] = NodeStatus::Skipped;
+        marked.push(d);
+        if p.nodes[d].spec.commits() && when_skip.is_none() {
+            *when_skip = Some(p.nodes[v].id.value.clone());
+        }
+        stack.extend(p.dag.dependents(d).iter().map(|&x| x as usize));
     }
+    marked
 }
 
 /// Runs one node with its retries.

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use fixedbitset::FixedBitSet;
 use handlebars::Handlebars;
 use serde_json::{Map, Value};
 
@@ -126,6 +125,13 @@ pub trait Host: Sync {
     fn settled(&self, _out: &NodeOutput) {}
 }
 
+/// Which nodes run before which (the pipeline's DAG), asked only by the nodes that need
+/// their upstream: a pipeline of 10,000 nodes keeps no per-node ancestor set.
+pub trait Upstream: Sync {
+    /// Every node upstream of `v`, in topological order.
+    fn upstream_of(&self, v: usize) -> Vec<usize>;
+}
+
 /// The outputs of the nodes settled so far, and how the nodes relate, for building a
 /// node's upstream view on demand (most nodes never ask for it).
 #[derive(Clone, Copy)]
@@ -134,8 +140,8 @@ pub struct Settled<'a> {
     pub ids: &'a [&'a str],
     /// Each node's role, for harness nodes.
     pub roles: &'a [Option<&'a str>],
-    /// Topological order.
-    pub order: &'a [usize],
+    /// How the nodes relate.
+    pub dag: &'a dyn Upstream,
     /// Outputs of settled nodes, by index.
     pub outputs: &'a [Option<NodeOutput>],
 }
@@ -149,8 +155,10 @@ pub struct NodeCtx<'a> {
     /// The name of the node's `{{output}}` file: its role, else its id.
     output_name: &'a str,
     settled: Settled<'a>,
-    /// The nodes upstream of this one.
-    ancestors: &'a FixedBitSet,
+    /// This node's index.
+    v: usize,
+    /// The nodes upstream of this one, in topological order, once asked for.
+    ancestors: OnceLock<Vec<usize>>,
     /// Outputs of every settled node upstream of this one, in topological order, once
     /// asked for.
     upstream: OnceLock<Vec<(&'a str, &'a NodeOutput)>>,
@@ -164,7 +172,6 @@ impl<'a> NodeCtx<'a> {
         v: usize,
         timeout: Option<Duration>,
         settled: Settled<'a>,
-        ancestors: &'a FixedBitSet,
     ) -> Self {
         NodeCtx {
             scope,
@@ -173,7 +180,8 @@ impl<'a> NodeCtx<'a> {
             timeout,
             output_name: settled.roles[v].unwrap_or(settled.ids[v]),
             settled,
-            ancestors,
+            v,
+            ancestors: OnceLock::new(),
             upstream: OnceLock::new(),
             vars: OnceLock::new(),
         }
@@ -219,14 +227,20 @@ impl<'a> NodeCtx<'a> {
             .join(format!("{}-{}.json", self.scope.tick, self.output_name))
     }
 
+    /// The nodes upstream of this one, in topological order: linear in the pipeline's
+    /// size, once per node that asks.
+    fn ancestors(&self) -> &[usize] {
+        self.ancestors
+            .get_or_init(|| self.settled.dag.upstream_of(self.v))
+    }
+
     /// Outputs of every settled node upstream of this one, in topological order.
     /// Linear in the pipeline's size, once per node that asks.
     pub fn upstream(&self) -> &[(&'a str, &'a NodeOutput)] {
         self.upstream.get_or_init(|| {
             let s = self.settled;
-            s.order
+            self.ancestors()
                 .iter()
-                .filter(|&&u| self.ancestors.contains(u))
                 .filter_map(|&u| Some((s.ids[u], s.outputs[u].as_ref()?)))
                 .collect()
         })
@@ -235,10 +249,7 @@ impl<'a> NodeCtx<'a> {
     /// The output of upstream node `id`.
     pub fn upstream_output(&self, id: &str) -> Option<&'a NodeOutput> {
         let s = self.settled;
-        let u = s.ids.iter().position(|i| *i == id)?;
-        if !self.ancestors.contains(u) {
-            return None;
-        }
+        let u = *self.ancestors().iter().find(|&&u| s.ids[u] == id)?;
         s.outputs[u].as_ref()
     }
 
@@ -258,9 +269,9 @@ impl<'a> NodeCtx<'a> {
     /// `{{artifact}}`: the `{{output}}` of the last upstream implement node.
     fn artifact(&self) -> Option<String> {
         let s = self.settled;
-        s.order
+        self.ancestors()
             .iter()
-            .filter(|&&u| self.ancestors.contains(u) && s.roles[u] == Some("implement"))
+            .filter(|&&u| s.roles[u] == Some("implement"))
             .filter_map(|&u| s.outputs[u].as_ref()?.output_path.as_ref())
             .next_back()
             .map(|p| p.display().to_string())

@@ -23,7 +23,7 @@ mod git_commit;
 mod harness;
 mod verdict;
 
-pub use ctx::{ArgvError, Host, NodeCtx, Settled, Spawn, SpawnOpts, Stop, TickScope};
+pub use ctx::{ArgvError, Host, NodeCtx, Settled, Spawn, SpawnOpts, Stop, TickScope, Upstream};
 
 /// A key a node kind accepts besides the common ones, for `check` and the JSON Schema.
 #[derive(Debug, Clone, Copy)]

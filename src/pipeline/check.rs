@@ -3,9 +3,13 @@
 //! against what exists at its node of the DAG ([`crate::template::vars`] says what that is).
 //! Without a DAG (a cycle) the checks that need one are skipped and the rest still run.
 //!
-//! Cost: each check is linear in nodes; "is X upstream of v" is one bitset lookup, and "is
-//! any verdict node upstream of v" one bitset intersection, so a 10,000-node pipeline stays
-//! cheap.
+//! Cost, for n nodes, e `needs` entries and t template usages: O(n + e + t) for a valid
+//! pipeline. "Is X upstream of v" for `nodes.X.*` is a binary search when X is a direct
+//! need, else a bounded search back from v ([`Dag::is_ancestor`]); "is any verdict
+//! (implement) node upstream of v" is one lookup in a set made by one O(n + e) pass; the
+//! commit reachability of every node is two such passes. Only diagnostics cost more: a
+//! help line listing what is available at a node walks that node's upstream, O(n + e),
+//! once per node with an error.
 
 use std::sync::{Arc, OnceLock};
 
@@ -30,10 +34,12 @@ pub struct View<'a> {
     nodes: &'a [Node],
     index: &'a IndexMap<String, usize>,
     dag: Option<&'a Dag>,
-    /// Nodes producing `verdict` / running role `implement`, as sets, so "is one
-    /// upstream?" is a bitset intersection even in a 10,000-node pipeline.
-    verdict_nodes: OnceLock<FixedBitSet>,
-    implement_nodes: OnceLock<FixedBitSet>,
+    /// The nodes downstream of a node producing `verdict` / running role `implement`,
+    /// made once (one pass each), so "is one upstream?" is a lookup.
+    after_verdict: OnceLock<FixedBitSet>,
+    after_implement: OnceLock<FixedBitSet>,
+    /// What [`View::available`] said per (node, place): several usages at one node share it.
+    available: std::sync::Mutex<std::collections::HashMap<(usize, bool), Vec<String>>>,
 }
 
 impl Pipeline {
@@ -75,8 +81,9 @@ impl<'a> View<'a> {
             nodes,
             index,
             dag,
-            verdict_nodes: OnceLock::new(),
-            implement_nodes: OnceLock::new(),
+            after_verdict: OnceLock::new(),
+            after_implement: OnceLock::new(),
+            available: Default::default(),
         }
     }
 
@@ -170,10 +177,15 @@ impl<'a> View<'a> {
         {
             return;
         }
+        // Upstream of a commit, or downstream of one: two passes over the DAG.
+        let mut commit_set = FixedBitSet::with_capacity(self.nodes.len());
+        for &c in &commits {
+            commit_set.insert(c);
+        }
+        let before = dag.upstream_of_any(&commit_set);
+        let after = dag.downstream_of_any(&commit_set);
         for (v, node) in self.nodes.iter().enumerate() {
-            let connected = commits
-                .iter()
-                .any(|&c| c == v || dag.is_ancestor(v, c) || dag.is_ancestor(c, v));
+            let connected = commit_set.contains(v) || before.contains(v) || after.contains(v);
             if !connected {
                 diags.push(
                     Diagnostic::warning(
@@ -242,6 +254,24 @@ impl<'a> View<'a> {
 
     /// The variables a template at node `v` can use, for `help:` lines.
     pub fn available(&self, v: usize, place: TemplatePlace) -> Vec<String> {
+        let key = (v, place == TemplatePlace::Prompt);
+        if let Some(a) = self
+            .available
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).cloned())
+        {
+            return a;
+        }
+        let a = self.compute_available(v, place);
+        if let Ok(mut m) = self.available.lock() {
+            m.insert(key, a.clone());
+        }
+        a
+    }
+
+    /// [`View::available`], computed: O(n + e) for the walk upstream of `v`.
+    fn compute_available(&self, v: usize, place: TemplatePlace) -> Vec<String> {
         // A node deep in a big pipeline has thousands of upstream nodes: name the nearest
         // ones and count the rest.
         const SHOWN_NODES: usize = 12;
@@ -257,17 +287,13 @@ impl<'a> View<'a> {
             if self.verdict_upstream(v) {
                 out.push("verdict".into());
             }
-            let total = dag.ancestors[v].count_ones(..);
-            // Ancestors come before `v` in topological order: walk back from it.
-            let pos = dag.order.iter().position(|&u| u == v).unwrap_or(0);
-            let mut near: Vec<usize> = dag.order[..pos]
-                .iter()
-                .rev()
-                .copied()
-                .filter(|&u| dag.is_ancestor(u, v))
-                .take(SHOWN_NODES)
-                .collect();
-            near.reverse();
+            // The upstream nodes nearest to `v` in topological order.
+            let mut up: Vec<usize> = dag.ancestors(v).ones().collect();
+            let total = up.len();
+            up.sort_unstable_by_key(|&u| std::cmp::Reverse(dag.position(u)));
+            up.truncate(SHOWN_NODES);
+            up.reverse();
+            let near = up;
             if total > near.len() {
                 out.push(format!("… {} more upstream nodes", total - near.len()));
             }
@@ -279,30 +305,35 @@ impl<'a> View<'a> {
         out
     }
 
-    fn node_set(&self, pred: impl Fn(&Node) -> bool) -> FixedBitSet {
+    /// The nodes downstream of any node matching `pred` (one pass over the DAG).
+    fn after(&self, dag: &Dag, pred: impl Fn(&Node) -> bool) -> FixedBitSet {
         let mut set = FixedBitSet::with_capacity(self.nodes.len());
         for (i, n) in self.nodes.iter().enumerate() {
             set.set(i, pred(n));
         }
-        set
+        dag.downstream_of_any(&set)
     }
 
     /// Whether a verdict node runs before node `v`.
     fn verdict_upstream(&self, v: usize) -> bool {
-        let set = self
-            .verdict_nodes
-            .get_or_init(|| self.node_set(|n| n.spec.produces_verdict()));
-        self.dag
-            .is_some_and(|dag| !dag.ancestors[v].is_disjoint(set))
+        self.dag.is_some_and(|dag| {
+            self.after_verdict
+                .get_or_init(|| self.after(dag, |n| n.spec.produces_verdict()))
+                .contains(v)
+        })
     }
 
     /// Whether a harness node with role `implement` runs before node `v`.
     fn implement_upstream(&self, v: usize) -> bool {
-        let set = self.implement_nodes.get_or_init(|| {
-            self.node_set(|n| n.spec.role().is_some_and(|r| r.value == "implement"))
-        });
-        self.dag
-            .is_some_and(|dag| !dag.ancestors[v].is_disjoint(set))
+        self.dag.is_some_and(|dag| {
+            self.after_implement
+                .get_or_init(|| {
+                    self.after(dag, |n| {
+                        n.spec.role().is_some_and(|r| r.value == "implement")
+                    })
+                })
+                .contains(v)
+        })
     }
 
     fn check_usage(
