@@ -25,7 +25,8 @@ pub use parse::Draft;
 pub const DEFAULT_TICK: &str = include_str!("../../pipelines/tick.toml");
 pub const DEFAULT_TICK_NAME: &str = "pipelines/tick.toml (built in)";
 
-/// The most nodes a pipeline may have (far beyond any real tick; bounds the DAG's memory).
+/// The most nodes a pipeline may have: far beyond any real tick, and a bound on what a
+/// hostile file can make `check` and `run` do (each is linear in nodes up to here).
 pub const MAX_NODES: usize = 20_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,6 +19,8 @@ pub struct Draft {
     pub description: Option<String>,
     pub nodes: Vec<Node>,
     pub index: IndexMap<String, usize>,
+    /// The file has more than [`MAX_NODES`] nodes: none of them was read.
+    pub too_many: bool,
 }
 
 impl Draft {
@@ -36,28 +38,30 @@ impl Draft {
         let description = root.str("description", diags).map(|s| s.value);
         let mut nodes = Vec::new();
         let mut index = IndexMap::new();
+        let mut too_many = false;
         match root.table("nodes", diags) {
+            Some(nt) if nt.table.len() > MAX_NODES => {
+                // Every step of `check` and of a tick is linear in nodes, but a file must
+                // still end somewhere: nothing of a bigger one is read further (a tick of
+                // it would not run anyway), so a hostile file costs its parse and no more.
+                too_many = true;
+                let span = root.key_span("nodes").unwrap_or(0..0);
+                diags.push(
+                    Diagnostic::error(
+                        Code::TooManyNodes,
+                        source,
+                        span,
+                        format!(
+                            "the pipeline has {} nodes; loopflow accepts at most {MAX_NODES}",
+                            nt.table.len()
+                        ),
+                    )
+                    .label("too many nodes")
+                    .help("split the work into several pipelines or loops, or generate fewer nodes"),
+                );
+            }
             Some(nt) => {
                 let tables = nt.subtables(diags);
-                if tables.len() > MAX_NODES {
-                    // The DAG keeps an ancestor bitset per node (n² bits): a hostile
-                    // 100 000-node file would need over a gigabyte before any other check
-                    // could run. Nothing of such a file is parsed further.
-                    let span = root.key_span("nodes").unwrap_or(0..0);
-                    diags.push(
-                        Diagnostic::error(
-                            Code::InvalidValue,
-                            source,
-                            span,
-                            format!(
-                                "the pipeline has {} nodes; loopflow accepts at most {MAX_NODES}",
-                                tables.len()
-                            ),
-                        )
-                        .label("too many nodes")
-                        .help("split the work into several loops, or generate fewer nodes"),
-                    );
-                }
                 for (id, t) in tables {
                     let node = parse_node(id, &t, diags);
                     index.insert(node.id.value.clone(), nodes.len());
@@ -77,6 +81,7 @@ impl Draft {
             description,
             nodes,
             index,
+            too_many,
         }
     }
 
@@ -84,7 +89,7 @@ impl Draft {
     /// there is no DAG (a cycle, too many nodes), so what depends on the nodes alone (a
     /// loop's roles and prompts) can still be checked.
     pub fn validate(self, diags: &mut Diagnostics) -> Result<Pipeline, Box<Draft>> {
-        if self.nodes.len() > MAX_NODES {
+        if self.too_many {
             return Err(Box::new(self));
         }
         let Some(dag) = self.graph(diags) else {
