@@ -1,8 +1,19 @@
 //! The blast radius (DESIGN §9): a path may be edited only when, after resolving `..` and
 //! symlinks, it lies inside the loop's root (worktree or project), matches an `allow`
 //! glob and no `deny` glob. `.git/` and `.loopflow/` are always denied.
+//!
+//! Globs match as globset matches them (`*` stays within a path segment). A loop may list
+//! 100,000 of them, and globset compiles a regex for each (~125,000 instructions apiece:
+//! 3 s before the first path was checked), so they are indexed instead: a glob whose first
+//! segments are literal (`src/parser/**/*.rs`) can only match paths that begin with those
+//! segments, and sits in a tree keyed by them; the globs of one tree node are compiled
+//! together, once, when a path first reaches that node. Globs that begin with a wildcard
+//! (`**/*.md`) are compiled together up front. Cost: building is linear in the globs'
+//! text; a path costs one step per leading segment plus the match of the globs on its way.
 
+use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
+use std::sync::OnceLock;
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
@@ -45,13 +56,127 @@ pub enum Refusal {
 
 pub struct Radius {
     root: PathBuf,
-    allow: GlobSet,
+    allow: Globs,
     allow_all: bool,
-    deny: GlobSet,
+    deny: Globs,
+    /// [`ALWAYS_DENIED`], case-insensitive.
+    always: GlobSet,
 }
 
 fn glob(pattern: &str) -> Result<Glob, globset::Error> {
     GlobBuilder::new(pattern).literal_separator(true).build()
+}
+
+/// Whether `pattern` is a glob globset accepts: at once for the common shapes (segments
+/// of letters, digits, `.`, `_`, `-`, `*` and `?`, and `**` segments, which cannot be
+/// invalid), else by globset's own parser. `check` uses this too.
+pub fn validate_glob(pattern: &str) -> Result<(), globset::Error> {
+    if plainly_valid(pattern) {
+        return Ok(());
+    }
+    Glob::new(pattern).map(|_| ())
+}
+
+fn plainly_valid(pattern: &str) -> bool {
+    pattern.split('/').all(|seg| {
+        seg == "**"
+            || (!seg.contains("**")
+                && seg.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'*' | b'?')
+                }))
+    })
+}
+
+/// A segment with nothing globset reads as a wildcard, class, alternation or escape.
+fn is_literal(seg: &str) -> bool {
+    !seg.contains(['*', '?', '[', ']', '{', '}', '\\'])
+}
+
+/// A set of globs, indexed by their literal leading segments (see the module's doc).
+struct Globs {
+    nodes: Vec<Node>,
+    /// The globs with no literal first segment, compiled up front.
+    general: GlobSet,
+    /// What a node whose globs cannot be compiled answers (never expected: every glob is
+    /// validated first): `true` for a deny set, `false` for an allow set, so either way
+    /// the path is refused.
+    if_broken: bool,
+}
+
+#[derive(Default)]
+struct Node {
+    children: HashMap<String, usize>,
+    /// Globs whose literal leading segments lead exactly here.
+    patterns: Vec<String>,
+    /// Those globs compiled together; `None` if they would not compile (fail closed).
+    set: OnceLock<Option<GlobSet>>,
+}
+
+impl Globs {
+    fn new(patterns: &[Str], if_broken: bool) -> Result<Globs, globset::Error> {
+        let mut nodes = vec![Node::default()];
+        let mut general = GlobSetBuilder::new();
+        for p in patterns {
+            validate_glob(&p.value)?;
+            let mut at = 0;
+            let segs: Vec<&str> = p.value.split('/').collect();
+            // Literal segments, up to the first that is not (the last one is kept as part
+            // of the glob when the whole glob is literal: it indexes just as well).
+            let lead = segs.iter().take_while(|s| is_literal(s)).count();
+            if lead == 0 {
+                general.add(glob(&p.value)?);
+                continue;
+            }
+            for seg in &segs[..lead] {
+                at = match nodes[at].children.get(*seg) {
+                    Some(&c) => c,
+                    None => {
+                        nodes.push(Node::default());
+                        let c = nodes.len() - 1;
+                        nodes[at].children.insert((*seg).to_string(), c);
+                        c
+                    }
+                };
+            }
+            nodes[at].patterns.push(p.value.clone());
+        }
+        Ok(Globs {
+            nodes,
+            general: general.build()?,
+            if_broken,
+        })
+    }
+
+    /// Whether any glob matches `path` (`/`-separated, relative).
+    fn is_match(&self, path: &str) -> bool {
+        if self.general.is_match(path) {
+            return true;
+        }
+        let mut at = 0;
+        for seg in path.split('/') {
+            let Some(&next) = self.nodes[at].children.get(seg) else {
+                return false;
+            };
+            at = next;
+            let node = &self.nodes[at];
+            if node.patterns.is_empty() {
+                continue;
+            }
+            let set = node.set.get_or_init(|| {
+                let mut b = GlobSetBuilder::new();
+                for p in &node.patterns {
+                    b.add(glob(p).ok()?);
+                }
+                b.build().ok()
+            });
+            match set {
+                Some(s) if s.is_match(path) => return true,
+                Some(_) => {}
+                None => return self.if_broken,
+            }
+        }
+        false
+    }
 }
 
 /// Removes `.` and resolves `..` lexically (for the part of a path that does not exist).
@@ -124,27 +249,22 @@ impl Radius {
             root: root.to_path_buf(),
             source,
         })?;
-        let mut allow = GlobSetBuilder::new();
-        for g in allow_globs {
-            allow.add(glob(&g.value)?);
-        }
-        let mut deny = GlobSetBuilder::new();
-        for g in deny_globs {
-            deny.add(glob(&g.value)?);
-        }
         // Case-insensitive: on macOS and Windows `.GIT/config` *is* `.git/config`.
+        let mut always = GlobSetBuilder::new();
         for g in ALWAYS_DENIED {
-            let always = GlobBuilder::new(g)
-                .literal_separator(true)
-                .case_insensitive(true)
-                .build()?;
-            deny.add(always);
+            always.add(
+                GlobBuilder::new(g)
+                    .literal_separator(true)
+                    .case_insensitive(true)
+                    .build()?,
+            );
         }
         Ok(Radius {
             root,
             allow_all: allow_globs.is_empty(),
-            allow: allow.build()?,
-            deny: deny.build()?,
+            allow: Globs::new(allow_globs, false)?,
+            deny: Globs::new(deny_globs, true)?,
+            always: always.build()?,
         })
     }
 
@@ -166,7 +286,7 @@ impl Radius {
             return Err(Refusal::Root);
         }
         let rel_s = rel.to_string_lossy().replace('\\', "/");
-        if self.deny.is_match(&rel_s) {
+        if self.always.is_match(&rel_s) || self.deny.is_match(&rel_s) {
             return Err(Refusal::Denied(rel_s));
         }
         if !self.allow_all && !self.allow.is_match(&rel_s) {
@@ -180,6 +300,74 @@ impl Radius {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    fn strs(v: &[String]) -> Vec<Str> {
+        v.iter()
+            .map(|s| Str {
+                value: s.clone(),
+                span: 0..0,
+            })
+            .collect()
+    }
+
+    /// The indexed set answers exactly what one globset of the same globs answers, and the
+    /// quick validation never accepts a glob globset rejects.
+    #[test]
+    fn indexed_globs_match_like_one_globset() {
+        let segs = [
+            "src", "a", "b.rs", "**", "*", "*.rs", "a*", "?", "x?z", "[ab]", "{a,b}", "\\*",
+            ".git", "***", "a**", "",
+        ];
+        let path_segs = ["src", "a", "b", "b.rs", "x.rs", "xyz", ".git", "*", "ab"];
+        let mut seed = 3u64;
+        let mut next = |m: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize % m
+        };
+        for _ in 0..300 {
+            let globs: Vec<String> = (0..1 + next(6))
+                .map(|_| {
+                    (0..1 + next(4))
+                        .map(|_| segs[next(segs.len())])
+                        .collect::<Vec<_>>()
+                        .join("/")
+                })
+                .collect();
+            for g in &globs {
+                if plainly_valid(g) {
+                    assert!(Glob::new(g).is_ok(), "{g:?} passed as plainly valid");
+                }
+            }
+            let mut one = GlobSetBuilder::new();
+            let mut ok = true;
+            for g in &globs {
+                match glob(g) {
+                    Ok(x) => {
+                        one.add(x);
+                    }
+                    Err(_) => ok = false,
+                }
+            }
+            let ours = Globs::new(&strs(&globs), false);
+            assert_eq!(ours.is_ok(), ok, "{globs:?}");
+            let (Ok(ours), Ok(one)) = (ours, one.build()) else {
+                continue;
+            };
+            for _ in 0..40 {
+                let path = (0..1 + next(4))
+                    .map(|_| path_segs[next(path_segs.len())])
+                    .collect::<Vec<_>>()
+                    .join("/");
+                assert_eq!(
+                    ours.is_match(&path),
+                    one.is_match(&path),
+                    "{globs:?} on {path:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn dotdot_after_a_symlink_leaves_from_the_target() {

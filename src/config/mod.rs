@@ -380,7 +380,7 @@ fn read_blast_radius(root: &Table<'_, '_>, diags: &mut Diagnostics) -> (Vec<Str>
             continue;
         };
         for g in globs {
-            if let Err(e) = globset::Glob::new(&g.value) {
+            if let Err(e) = crate::blast::validate_glob(&g.value) {
                 diags.push(
                     Diagnostic::error(
                         Code::InvalidValue,
