@@ -94,7 +94,14 @@ fn is_literal(seg: &str) -> bool {
 
 /// A set of globs, indexed by their literal leading segments (see the module's doc).
 struct Globs {
-    nodes: Vec<Node>,
+    /// The tree: (parent node, segment) -> child node, one table for all nodes.
+    edges: HashMap<(u32, Box<str>), u32>,
+    /// Per node: the globs whose literal leading segments lead exactly there.
+    nodes: Vec<Vec<u32>>,
+    /// Per node: those globs compiled together once asked; `None` if they would not
+    /// compile.
+    sets: Vec<OnceLock<Option<GlobSet>>>,
+    patterns: Vec<String>,
     /// The globs with no literal first segment, compiled up front.
     general: GlobSet,
     /// What a node whose globs cannot be compiled answers (never expected: every glob is
@@ -103,48 +110,41 @@ struct Globs {
     if_broken: bool,
 }
 
-#[derive(Default)]
-struct Node {
-    children: HashMap<String, usize>,
-    /// Globs whose literal leading segments lead exactly here.
-    patterns: Vec<String>,
-    /// Those globs compiled together; `None` if they would not compile (fail closed).
-    set: OnceLock<Option<GlobSet>>,
-}
-
 impl Globs {
     fn new(patterns: &[Str], if_broken: bool) -> Result<Globs, globset::Error> {
-        let mut nodes = vec![Node::default()];
+        let mut g = Globs {
+            edges: HashMap::new(),
+            nodes: vec![Vec::new()],
+            sets: Vec::new(),
+            patterns: Vec::with_capacity(patterns.len()),
+            general: GlobSet::empty(),
+            if_broken,
+        };
         let mut general = GlobSetBuilder::new();
         for p in patterns {
             validate_glob(&p.value)?;
-            let mut at = 0;
-            let segs: Vec<&str> = p.value.split('/').collect();
-            // Literal segments, up to the first that is not (the last one is kept as part
-            // of the glob when the whole glob is literal: it indexes just as well).
-            let lead = segs.iter().take_while(|s| is_literal(s)).count();
+            let mut at = 0u32;
+            let mut lead = 0;
+            // Literal segments, up to the first that is not (a whole literal glob indexes
+            // by all of them).
+            for seg in p.value.split('/').take_while(|s| is_literal(s)) {
+                lead += 1;
+                let next = g.nodes.len() as u32;
+                at = *g.edges.entry((at, seg.into())).or_insert_with(|| next);
+                if at == next {
+                    g.nodes.push(Vec::new());
+                }
+            }
             if lead == 0 {
                 general.add(glob(&p.value)?);
                 continue;
             }
-            for seg in &segs[..lead] {
-                at = match nodes[at].children.get(*seg) {
-                    Some(&c) => c,
-                    None => {
-                        nodes.push(Node::default());
-                        let c = nodes.len() - 1;
-                        nodes[at].children.insert((*seg).to_string(), c);
-                        c
-                    }
-                };
-            }
-            nodes[at].patterns.push(p.value.clone());
+            g.nodes[at as usize].push(g.patterns.len() as u32);
+            g.patterns.push(p.value.clone());
         }
-        Ok(Globs {
-            nodes,
-            general: general.build()?,
-            if_broken,
-        })
+        g.general = general.build()?;
+        g.sets = (0..g.nodes.len()).map(|_| OnceLock::new()).collect();
+        Ok(g)
     }
 
     /// Whether any glob matches `path` (`/`-separated, relative).
@@ -152,20 +152,20 @@ impl Globs {
         if self.general.is_match(path) {
             return true;
         }
-        let mut at = 0;
+        let mut at = 0u32;
         for seg in path.split('/') {
-            let Some(&next) = self.nodes[at].children.get(seg) else {
+            let Some(&next) = self.edges.get(&(at, seg.into())) else {
                 return false;
             };
             at = next;
-            let node = &self.nodes[at];
-            if node.patterns.is_empty() {
+            let globs = &self.nodes[at as usize];
+            if globs.is_empty() {
                 continue;
             }
-            let set = node.set.get_or_init(|| {
+            let set = self.sets[at as usize].get_or_init(|| {
                 let mut b = GlobSetBuilder::new();
-                for p in &node.patterns {
-                    b.add(glob(p).ok()?);
+                for &i in globs {
+                    b.add(glob(&self.patterns[i as usize]).ok()?);
                 }
                 b.build().ok()
             });
