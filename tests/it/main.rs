@@ -6,6 +6,7 @@ mod check;
 mod check_all;
 mod cli;
 mod color;
+mod create_agent;
 mod daemon;
 mod dashboard;
 mod drift;
