@@ -1,6 +1,7 @@
 //! The integration tests: one binary (linked once) whose modules drive the real
 //! `loopflow` executable through [`support`].
 
+mod agents;
 mod cache_spend;
 mod check;
 mod check_all;
