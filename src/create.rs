@@ -243,6 +243,9 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
         ))
     })?;
     let paths = LoopPaths::new(project, o.name);
+    if adoptable(&paths) {
+        return adopt(project, o, paths);
+    }
     if paths.dir.exists() {
         return Err(CreateError::Usage(format!(
             "loop `{}` already exists at {}",
@@ -282,12 +285,7 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
         };
         std::fs::write(&p, text).map_err(io(&p))?;
     }
-    let ignore = paths.dir.join(".gitignore");
-    std::fs::write(
-        &ignore,
-        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\ncache/\n.schedule.json\n.schedule.lock\n.schedule.log\n",
-    )
-    .map_err(io(&ignore))?;
+    write_gitignore(&paths, true)?;
     let task = o
         .task
         .clone()
@@ -296,16 +294,102 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     if o.task.is_none() && t.default_task.is_some() {
         state.task_source = Some(format!("template:{}", t.name));
     }
-    crate::state::save(&paths.state, &state).map_err(|e| CreateError::Io(e.to_string()))?;
+    start(
+        &paths,
+        &state,
+        ("template", o.template.to_string()),
+        o.worktree,
+    )?;
+    Ok(paths)
+}
+
+/// The loop's own `.gitignore`: what loopflow writes there never lands in commits. An
+/// adopted loop keeps the one it has.
+fn write_gitignore(paths: &LoopPaths, replace: bool) -> Result<(), CreateError> {
+    let ignore = paths.dir.join(".gitignore");
+    if !replace && ignore.exists() {
+        return Ok(());
+    }
+    std::fs::write(
+        &ignore,
+        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\ncache/\n.schedule.json\n.schedule.lock\n.schedule.log\n",
+    )
+    .map_err(io(&ignore))
+}
+
+/// Writes the new loop's first state and its CREATE line.
+fn start(
+    paths: &LoopPaths,
+    state: &State,
+    what: (&'static str, String),
+    worktree: bool,
+) -> Result<(), CreateError> {
+    crate::state::save(&paths.state, state).map_err(|e| CreateError::Io(e.to_string()))?;
     paths
         .log(
             Event::Create,
             &[
-                crate::state::LogArg::Kv("template", o.template.to_string()),
-                crate::state::LogArg::Kv("worktree", o.worktree.to_string()),
+                crate::state::LogArg::Kv(what.0, what.1),
+                crate::state::LogArg::Kv("worktree", worktree.to_string()),
             ],
         )
-        .map_err(|e| CreateError::Io(e.to_string()))?;
+        .map_err(|e| CreateError::Io(e.to_string()))
+}
+
+/// A loop directory that holds configuration but was never started: a `loop.toml` (and
+/// prompts) committed to the repository, in a fresh clone or checkout.
+pub fn adoptable(paths: &LoopPaths) -> bool {
+    paths.config().is_file() && !paths.state.exists()
+}
+
+/// Starts a loop whose configuration is already there (see [`adoptable`]): its
+/// `loop.toml` and prompts are used as they are; the worktree (when its loop.toml wants
+/// one), `.gitignore` (when missing) and first state are made as `create` makes them.
+fn adopt(
+    project: &Path,
+    o: &CreateOptions<'_>,
+    paths: LoopPaths,
+) -> Result<LoopPaths, CreateError> {
+    if o.harness.is_some() {
+        return Err(CreateError::Usage(format!(
+            "loop `{}` already has its configuration ({}); create starts it as it is, so edit that file instead of passing --agent, --model or --verify-model",
+            o.name,
+            paths.config().display()
+        )));
+    }
+    let mut diags = crate::diag::Diagnostics::default();
+    let config = crate::config::LoopConfig::read(&paths.config(), project, &mut diags)
+        .map_err(io(&paths.config()))?
+        .ok_or_else(|| {
+            CreateError::Usage(format!(
+                "{} has errors; `loopflow check {}` shows them",
+                paths.config().display(),
+                paths.config().display()
+            ))
+        })?;
+    if config.worktree && !o.worktree {
+        return Err(CreateError::Usage(format!(
+            "{} enables a worktree; set `[worktree] enabled = false` there instead of passing --no-worktree",
+            paths.config().display()
+        )));
+    }
+    let worktree_path = if config.worktree {
+        Some(create_worktree(project, &paths)?)
+    } else {
+        None
+    };
+    write_gitignore(&paths, false)?;
+    let state = State::new(
+        o.name,
+        o.task.clone(),
+        worktree_path.map(|p| p.display().to_string()),
+    );
+    start(
+        &paths,
+        &state,
+        ("adopted", "loop.toml".into()),
+        config.worktree,
+    )?;
     Ok(paths)
 }
 

@@ -91,9 +91,20 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
         worktree: !a.no_worktree,
         harness: a.agent.harness(),
     };
+    // A loop directory committed with its loop.toml but never started (a fresh clone).
+    let adopting = crate::state::check_loop_name(&a.loop_name).is_ok()
+        && crate::create::adoptable(&crate::state::LoopPaths::new(project, &a.loop_name));
     match crate::create::create(project, &o) {
         Ok(paths) => {
-            outln!("created loop `{}` in {}", a.loop_name, paths.dir.display());
+            if adopting {
+                outln!(
+                    "started loop `{}` from the loop.toml already in {}",
+                    a.loop_name,
+                    paths.dir.display()
+                );
+            } else {
+                outln!("created loop `{}` in {}", a.loop_name, paths.dir.display());
+            }
             if !a.no_worktree {
                 outln!(
                     "  worktree: {} (branch loopflow/{})",

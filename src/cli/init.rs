@@ -219,10 +219,12 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
         None => None,
     };
     let mut agent = a.agent;
-    if interactive && agent.agent.is_none() {
+    // A committed loop directory brings its own agent (its loop.toml).
+    let adopting = crate::create::adoptable(&crate::state::LoopPaths::new(project, &name));
+    if interactive && !adopting && agent.agent.is_none() {
         agent.agent = Some(ask_agent());
     }
-    if interactive && agent.model.is_none() {
+    if interactive && !adopting && agent.model.is_none() {
         let m = ask(
             true,
             "model for every role (empty: the agent's default)",
@@ -243,7 +245,8 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
             return exit::STATE;
         }
     }
-    let existed = crate::state::LoopPaths::new(project, &name).dir.exists();
+    // A loop directory without state (committed, never started) is started as it is.
+    let existed = crate::state::LoopPaths::new(project, &name).dir.exists() && !adopting;
     if existed {
         outln!("loop `{name}` already exists; left as it is");
     } else {
@@ -255,6 +258,10 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
             harness: agent.harness(),
         };
         match crate::create::create(project, &o) {
+            Ok(paths) if adopting => outln!(
+                "started loop `{name}` from the loop.toml already in {}",
+                paths.dir.display()
+            ),
             Ok(paths) => {
                 outln!(
                     "created loop `{name}` from template `{}` in {}",

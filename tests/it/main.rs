@@ -10,6 +10,7 @@ mod color;
 mod create_agent;
 mod daemon;
 mod dashboard;
+mod dogfood;
 mod drift;
 mod exec;
 mod halts;
