@@ -7,6 +7,7 @@ mod check;
 mod check_all;
 mod cli;
 mod color;
+mod contract;
 mod create_agent;
 mod daemon;
 mod dashboard;
