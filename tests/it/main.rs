@@ -17,6 +17,7 @@ mod programs;
 mod report;
 mod review;
 mod robustness;
+mod sandbox;
 mod sarif;
 mod schedule;
 mod schedule_files;

@@ -250,7 +250,8 @@ fn json_summary_is_the_last_line() {
             "verify",
             "parse",
             "orchestrate",
-            "commit"
+            "commit",
+            "land"
         ]
     );
     for n in nodes {
