@@ -435,3 +435,50 @@ exit 0"#
         "too few kills landed mid-tick: {killed}"
     );
 }
+
+#[test]
+fn status_dry_run_and_explain_say_what_the_sandbox_allows() {
+    if !landlock() {
+        return;
+    }
+    let p = Project::git();
+    boxed(
+        &p,
+        "true",
+        HALF,
+        "network = \"deny\"\nwrite = [\"/var/tmp\"]",
+    );
+    let dry = p.lf(&["run", "--loop", "l", "--dry-run"]);
+    assert_eq!(dry.code, 0, "{dry:?}");
+    let line = dry
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("sandbox "))
+        .unwrap_or_else(|| panic!("no sandbox line: {dry:?}"));
+    assert!(line.contains("confining writes, signals, TCP"), "{line}");
+    assert!(
+        line.contains(&p.worktree("l").display().to_string()),
+        "{line}"
+    );
+    assert!(
+        line.contains("/var/tmp") && line.ends_with("no TCP"),
+        "{line}"
+    );
+    let status = p.lf(&["status"]);
+    assert!(
+        status.stdout.contains("sandbox: Landlock ABI"),
+        "{status:?}"
+    );
+    let explain = p.lf(&[
+        "check",
+        "--explain",
+        &p.loop_dir("l").join("loop.toml").display().to_string(),
+    ]);
+    assert!(
+        explain.stdout.contains("sandbox: enforce (Landlock ABI")
+            && explain
+                .stdout
+                .contains("a private TMPDIR, /var/tmp, each preset's state dirs; network deny"),
+        "{explain:?}"
+    );
+}
