@@ -111,6 +111,9 @@ fn stop_group(pgid: u32) {
     signal_group(pgid, libc::SIGTERM);
     let deadline = Instant::now() + GRACE;
     while Instant::now() < deadline {
+        // Members that exited were reparented here (the subreaper): collected, or their
+        // zombies would keep the group "alive" for the whole grace period.
+        collect_zombies();
         if !group_alive(pgid) {
             return;
         }
@@ -291,6 +294,34 @@ fn own_children() -> Vec<i32> {
     out
 }
 
+/// Collects this process's children that exited and that no [`run`] waits for (a killed
+/// group's members, reparented here): they are not leftovers. Returns the live ones.
+fn collect_zombies() -> Vec<i32> {
+    #[cfg(target_os = "linux")]
+    {
+        // Held while listing and collecting, so a child being spawned right now is either
+        // tracked already or not yet a child.
+        let tracked = tracked().lock().unwrap_or_else(|e| e.into_inner());
+        let untracked: Vec<i32> = own_children()
+            .into_iter()
+            .filter(|p| !tracked.contains(&(*p as u32)))
+            .collect();
+        let (zombies, live): (Vec<i32>, Vec<i32>) =
+            untracked.into_iter().partition(|p| is_zombie(*p));
+        for pid in zombies {
+            // SAFETY: reaps a child of this very process that has exited.
+            unsafe {
+                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+            }
+        }
+        live
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Vec::new()
+    }
+}
+
 /// The environment entries every process of one loop's ticks carries (the tick sets
 /// them), by which leftovers are found.
 pub fn loop_marks(loop_name: &str, project: &Path) -> [String; 2] {
@@ -311,24 +342,7 @@ pub fn reap_leftovers(marks: &[String]) -> usize {
     {
         let mut killed = 0;
         for _ in 0..64 {
-            // Held while listing and collecting, so a child being spawned right now is
-            // either tracked already or not yet a child.
-            let tracked = tracked().lock().unwrap_or_else(|e| e.into_inner());
-            let untracked: Vec<i32> = own_children()
-                .into_iter()
-                .filter(|p| !tracked.contains(&(*p as u32)))
-                .collect();
-            // Children that already exited (a killed group's members, reparented here)
-            // are only collected; they are not leftovers.
-            let (zombies, live): (Vec<i32>, Vec<i32>) =
-                untracked.into_iter().partition(|p| is_zombie(*p));
-            for pid in zombies {
-                // SAFETY: reaps a child of this very process that has exited.
-                unsafe {
-                    libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
-                }
-            }
-            drop(tracked);
+            let live = collect_zombies();
             let mine: Vec<i32> = live
                 .into_iter()
                 .filter(|p| {

@@ -336,6 +336,17 @@ fn run_locked(
             .map(|t| t.id.clone())
             .or_else(|| state.current_task.clone()),
         cache_dir: paths.cache_dir(),
+        // Before any agent runs; only for a tick that will run nodes.
+        baseline: (!opts.dry_run
+            && gate.ok
+            && loaded
+                .pipeline
+                .nodes
+                .iter()
+                .any(|n| n.spec.wants_baseline()))
+        .then(|| {
+            crate::node::Baseline::take(loaded.config.worktree, &paths.project, &cwd, &paths.name)
+        }),
         settled: Default::default(),
     };
     let hb = crate::template::engine();
@@ -350,7 +361,7 @@ fn run_locked(
 }
 
 /// Where agents write their `{{output}}` files, inside their working directory.
-pub const OUTPUT_DIR: &str = ".loopflow-out";
+pub use crate::blast::OUTPUT_DIR;
 
 /// The tick's own directories: `outputs/`, its private `TMPDIR` (earlier ticks' are
 /// removed: a killed tick leaves its own), and the `{{output}}` directory in the working

@@ -21,6 +21,7 @@ mod programs;
 mod report;
 mod review;
 mod robustness;
+mod sandbox;
 mod sarif;
 mod schedule;
 mod schedule_files;

@@ -250,7 +250,8 @@ fn json_summary_is_the_last_line() {
             "verify",
             "parse",
             "orchestrate",
-            "commit"
+            "commit",
+            "land"
         ]
     );
     for n in nodes {
@@ -949,7 +950,9 @@ fn status_json_shape() {
     assert_eq!(j["loops"].as_array().unwrap().len(), 1);
     let t = p.lf(&["status"]);
     assert!(
-        t.stdout.lines().count() == 3 && t.stdout.contains("0.60"),
+        t.stdout.lines().count() == 4
+            && t.stdout.contains("0.60")
+            && t.stdout.lines().last().unwrap().starts_with("sandbox: "),
         "{t:?}"
     );
     // Unknown loop: a usage error, not an empty list.
