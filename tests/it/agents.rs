@@ -268,38 +268,6 @@ fn script_prompts(dir: &Path) -> String {
     last.to_string()
 }
 
-/// Until the default tick commits the agent's work itself (a `git-commit` node), the
-/// loop runs the default tick plus that node.
-const PIPELINE: &str = r#"name = "tick"
-[nodes.gate]
-kind = "gate"
-[nodes.floor-check]
-kind = "floor-check"
-needs = ["gate"]
-[nodes.implement]
-kind = "harness"
-role = "implement"
-needs = ["floor-check"]
-[nodes.verify]
-kind = "harness"
-role = "verify"
-needs = ["implement"]
-[nodes.parse]
-kind = "verdict"
-from = "verify"
-needs = ["verify"]
-[nodes.orchestrate]
-kind = "harness"
-role = "orchestrate"
-needs = ["parse"]
-[nodes.commit]
-kind = "commit"
-needs = ["orchestrate"]
-[nodes.land]
-kind = "git-commit"
-needs = ["commit"]
-"#;
-
 /// Every file the loop's nodes left in `outputs/` (prompts excepted), for a failure's
 /// message: what each agent printed.
 fn outputs(dir: &Path) -> String {
@@ -407,13 +375,8 @@ fn drive(agent: &Agent) {
         .replace(
             "timeout = \"45m\"",
             "timeout = \"5m\"\nidle_timeout = \"2m\"",
-        )
-        .replace(
-            "# pipeline = \"pipelines/tick.toml\"",
-            "pipeline = \"pipeline.toml\"",
         );
     std::fs::write(dir.join("loop.toml"), toml).expect("loop.toml");
-    std::fs::write(dir.join("pipeline.toml"), PIPELINE).expect("pipeline");
     let padding_end = script_prompts(&dir).replace("{{loop}}", &name);
 
     let mut c = p.lf_cmd(&["check", "--deny-warnings"]);
@@ -439,6 +402,12 @@ fn drive(agent: &Agent) {
         "{r:?}"
     );
     assert!(r.stdout.contains(agent.model), "{r:?}");
+    // The default tick, which commits the agent's work, under the kernel's sandbox.
+    assert!(
+        r.stdout.contains("land (git-commit): would commit"),
+        "{r:?}"
+    );
+    assert!(r.stdout.contains("sandbox landlock ABI"), "{r:?}");
     assert!(server.requests().is_empty(), "a dry run reached the model");
     assert_eq!(p.state(&name)["iteration_count"], 0);
 
