@@ -360,6 +360,7 @@ fn adopt(
     let mut diags = crate::diag::Diagnostics::default();
     let config = crate::config::LoopConfig::read(&paths.config(), project, &mut diags)
         .map_err(io(&paths.config()))?
+        .filter(|_| !diags.has_errors())
         .ok_or_else(|| {
             CreateError::Usage(format!(
                 "{} has errors; `loopflow check {}` shows them",

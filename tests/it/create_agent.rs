@@ -209,3 +209,33 @@ fn init_takes_the_agent_without_asking() {
         "CREATE template=default worktree=false"
     ));
 }
+
+#[test]
+fn a_committed_loop_toml_is_started_as_it_is_only_when_valid() {
+    let p = Project::git();
+    // A loop directory as a clone has it: configuration, no state. An unknown key first.
+    p.write(
+        ".loopflow/loops/l/loop.toml",
+        "[brakes]\nmax_iterations = 3\nbogus = 1\n[harness]\npreset = \"codex\"\n[roles.implement]\n[worktree]\nenabled = false\n",
+    );
+    let r = p.lf(&["create", "--loop", "l", "--task", "t"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("has errors; `loopflow check"), "{r:?}");
+    assert!(!p.loop_dir("l").join(".state.loop").exists());
+    // Fixed, it starts, with no worktree since its loop.toml wants none.
+    let fixed = p
+        .read(".loopflow/loops/l/loop.toml")
+        .replace("bogus = 1\n", "");
+    p.write(".loopflow/loops/l/loop.toml", &fixed);
+    let r = p.lf(&["create", "--loop", "l", "--task", "t"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("agent: codex"), "{r:?}");
+    assert_eq!(p.read(".loopflow/loops/l/loop.toml"), fixed);
+    assert_eq!(p.state("l")["current_task"], "t");
+    assert!(!p.worktree("l").exists());
+    assert!(
+        p.read(".loopflow/loops/l/.gitignore")
+            .contains(".state.loop")
+    );
+    assert_eq!(p.events("l"), ["CREATE adopted=loop.toml worktree=false"]);
+}
