@@ -120,6 +120,16 @@ fn stop_group(pgid: u32) {
         std::thread::sleep(Duration::from_millis(20));
     }
     signal_group(pgid, libc::SIGKILL);
+    // KILL cannot be ignored, but dying takes a moment: wait (briefly) until the members
+    // are gone, so they are not counted again as leftovers of the node.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        collect_zombies();
+        if !group_alive(pgid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Bytes written so far to the child's output files (for the idle timeout).

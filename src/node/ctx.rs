@@ -37,7 +37,7 @@ pub struct TickScope<'a> {
     pub project: &'a Path,
     /// `outputs/` of the loop directory.
     pub outputs: &'a Path,
-    /// Where agents write their `{{output}}` files: `<cwd>/.loopflow-out/`.
+    /// Where agents write their `{{output}}` files: `<cwd>/.loopflow-out/<loop>/`.
     pub output_dir: &'a Path,
     /// The loop's verdict cache directory.
     pub cache_dir: &'a Path,

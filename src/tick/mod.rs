@@ -292,7 +292,8 @@ fn run_locked(
     }
     let tick_no = state.iteration_count.saturating_add(1);
     let tmp = paths.tick_tmp(tick_no);
-    let output_dir = cwd.join(OUTPUT_DIR);
+    // Per loop: with worktrees off, several loops share the project as working directory.
+    let output_dir = cwd.join(OUTPUT_DIR).join(&paths.name);
     if !opts.dry_run {
         prepare_dirs(paths, &tmp, &output_dir, &cwd)?;
     }
@@ -376,13 +377,24 @@ fn prepare_dirs(paths: &LoopPaths, tmp: &Path, out: &Path, cwd: &Path) -> Result
     let _ = std::fs::remove_dir_all(&tmp_root);
     std::fs::create_dir_all(tmp).map_err(io(tmp))?;
     if cwd.is_dir() {
-        if std::fs::symlink_metadata(out).is_ok_and(|m| !m.is_dir()) {
-            let _ = std::fs::remove_file(out);
+        // `<cwd>/.loopflow-out/<loop>/`: never through a link an agent planted, and
+        // emptied of the last tick's files (remove_dir_all does not follow links).
+        let root = out.parent().unwrap_or(out);
+        for d in [root, out] {
+            if std::fs::symlink_metadata(d).is_ok_and(|m| !m.is_dir()) {
+                let _ = std::fs::remove_file(d);
+            }
         }
+        let _ = std::fs::remove_dir_all(out);
         std::fs::create_dir_all(out).map_err(io(out))?;
-        let ignore = out.join(".gitignore");
-        if std::fs::read(&ignore).ok().as_deref() != Some(b"*\n") {
-            crate::fs_safe::write_owned(&ignore, b"*\n").map_err(io(&ignore))?;
+        let ignore = root.join(".gitignore");
+        let ignored = || std::fs::read(&ignore).ok().as_deref() == Some(b"*\n");
+        // Another loop sharing the working directory may be writing it right now.
+        if !ignored() && crate::fs_safe::write_owned(&ignore, b"*\n").is_err() && !ignored() {
+            return Err(StateError::Io {
+                path: ignore,
+                source: std::io::Error::other("cannot write the output directory's .gitignore"),
+            });
         }
     }
     Ok(())

@@ -482,3 +482,38 @@ fn status_dry_run_and_explain_say_what_the_sandbox_allows() {
         "{explain:?}"
     );
 }
+
+/// Brakes fail closed: an agent (sandbox off) that bricks the lock files leaves a loop that
+/// halts before any agent runs again, never one that keeps running agents and exits 4.
+#[test]
+fn bricked_lock_files_halt_the_loop_before_any_agent_runs() {
+    for file in [".state.lock", ".lock"] {
+        let p = Project::new();
+        let calls = p.join("calls");
+        let target = p.loop_dir("l").join(file);
+        p.write("verdict.json", &format!("{HALF}\n"));
+        let agent = p.script(
+            "agent.sh",
+            &format!(
+                "echo \"$1\" >> \"{calls}\"\ncase \"$1\" in\n  implement) rm -f \"{t}\"; mkdir -p \"{t}\" ;;\n  verify) cat \"{v}\" ;;\nesac\nexit 0",
+                calls = calls.display(),
+                t = target.display(),
+                v = p.join("verdict.json").display()
+            ),
+        );
+        p.with_loop("l", &LoopToml::new().harness_command(&agent, &["{{role}}"]));
+        let _ = tick(&p);
+        let after_first = std::fs::read_to_string(&calls).unwrap_or_default();
+        for _ in 0..3 {
+            let r = tick(&p);
+            assert!(r.code == 0 || r.code == 4, "{file}: {r:?}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(&calls).unwrap_or_default(),
+            after_first,
+            "{file}: agents ran after the lock was bricked"
+        );
+        let s = p.state("l");
+        assert!(!s["halt"].is_null(), "{file}: not halted: {s}");
+    }
+}

@@ -487,7 +487,7 @@ fn harness_argv_reaches_the_agent_verbatim() {
             p.path().display().to_string(),
             format!(
                 "--out={}",
-                p.join(&format!(".loopflow-out/1-{role}.json")).display()
+                p.join(&format!(".loopflow-out/l/1-{role}.json")).display()
             ),
             "it's \"quoted\" $(touch pwned); x".into(),
             "fix the \"parser\"; $(rm -rf /)".into(),
@@ -1142,7 +1142,7 @@ exit 0"#,
     );
     // The agent wrote it in its working directory's self-ignoring `.loopflow-out/`;
     // the loop keeps a copy under outputs/.
-    assert!(p.join(".loopflow-out/1-implement.json").exists());
+    assert!(p.join(".loopflow-out/l/1-implement.json").exists());
     assert_eq!(p.read(".loopflow-out/.gitignore"), "*\n");
     assert!(
         p.loop_dir("l").join("outputs/1-implement.json").exists(),
