@@ -19,11 +19,17 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::toml_read::Str;
 
+/// Where agents write their `{{output}}` files, in their working directory: git-ignored
+/// by a `.gitignore` of its own, never part of the work.
+pub const OUTPUT_DIR: &str = ".loopflow-out";
+
 pub const ALWAYS_DENIED: &[&str] = &[
     ".git",
     ".git/**",
     ".loopflow",
     ".loopflow/**",
+    ".loopflow-out",
+    ".loopflow-out/**",
     "**/.git",
     "**/.git/**",
 ];

@@ -111,8 +111,117 @@ pub struct CreateOptions<'a> {
     pub template: &'a str,
     pub task: Option<String>,
     pub worktree: bool,
-    /// Replaces the template's `[harness] command` (the demo's fake agent).
-    pub harness: Option<Vec<String>>,
+    /// What the roles run, in place of the template's (`None`: as the template says).
+    pub harness: Option<Harness>,
+}
+
+/// A new loop's agent and models (`--agent`, `--model`, `--verify-model`; the demo's
+/// fake agent).
+#[derive(Debug, Clone, Default)]
+pub struct Harness {
+    /// Replaces the template's agent in `[harness]`.
+    pub agent: Option<AgentChoice>,
+    /// `model` of every role the template has.
+    pub model: Option<String>,
+    /// `model` of the verify role, over `model`: another model grades the work.
+    pub verify_model: Option<String>,
+}
+
+/// The agent a new loop runs, in place of the template's.
+#[derive(Debug, Clone)]
+pub enum AgentChoice {
+    /// `preset = "…"` (`--agent`): checked to be a shipped preset.
+    Preset(String),
+    /// `command = [...]`, your own argv (the demo's fake agent).
+    Command(Vec<String>),
+}
+
+/// Refuses a preset name that is not shipped, naming the presets (and the one meant).
+pub fn check_preset(name: &str) -> Result<(), CreateError> {
+    let names = crate::preset::names();
+    if names.contains(&name) {
+        return Ok(());
+    }
+    let near = crate::preset::closest(name)
+        .map(|n| format!("; did you mean `{n}`?"))
+        .unwrap_or_default();
+    Err(CreateError::Usage(format!(
+        "unknown agent preset `{name}`{near}\n  the presets are: {}",
+        names.join(", ")
+    )))
+}
+
+/// A TOML basic string holding `s` (JSON's escapes are TOML's).
+fn toml_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// Sets `line` (a `key = value` line) at the top of table `[table]` of a template's
+/// `loop.toml`, dropping that table's lines for any of `keys` first. A line editor is
+/// enough: the shipped templates put every table header and every key on a line of its
+/// own, and their comments survive. Returns `None` when the template has no such table.
+fn set_in_table(toml: &str, table: &str, keys: &[&str], line: &str) -> Option<String> {
+    let mut out = String::with_capacity(toml.len() + line.len() + 1);
+    let mut inside = false;
+    let mut found = false;
+    for l in toml.lines() {
+        let t = l.trim_start();
+        if t.starts_with('[') {
+            inside = t
+                .trim_end()
+                .strip_prefix('[')
+                .and_then(|r| r.strip_suffix(']'))
+                == Some(table);
+            if inside {
+                found = true;
+                out.push_str(l);
+                out.push('\n');
+                out.push_str(line);
+                out.push('\n');
+                continue;
+            }
+        }
+        let key = (!t.starts_with('#'))
+            .then(|| t.split_once('=').map(|(k, _)| k.trim()))
+            .flatten();
+        if inside && key.is_some_and(|k| keys.contains(&k)) {
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    found.then_some(out)
+}
+
+/// The template's `loop.toml` with the agent and models `h` asks for.
+fn with_agent(toml: &str, h: &Harness) -> String {
+    let mut toml = toml.to_string();
+    if let Some(a) = &h.agent {
+        let line = match a {
+            AgentChoice::Preset(p) => format!("preset = {}", toml_string(p)),
+            AgentChoice::Command(argv) => {
+                format!(
+                    "command = {}",
+                    serde_json::to_string(argv).unwrap_or_default()
+                )
+            }
+        };
+        if let Some(t) = set_in_table(&toml, "harness", &["preset", "command"], &line) {
+            toml = t;
+        }
+    }
+    for role in ["implement", "verify", "orchestrate"] {
+        let model = match role {
+            "verify" => h.verify_model.as_ref().or(h.model.as_ref()),
+            _ => h.model.as_ref(),
+        };
+        let Some(m) = model else { continue };
+        let line = format!("model = {}", toml_string(m));
+        if let Some(t) = set_in_table(&toml, &format!("roles.{role}"), &["model"], &line) {
+            toml = t;
+        }
+    }
+    toml
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CreateError + '_ {
@@ -123,6 +232,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CreateError + '_ {
 /// worktree unless disabled. Refuses to touch an existing loop.
 pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, CreateError> {
     check_loop_name(o.name).map_err(|e| CreateError::Usage(e.to_string()))?;
+    if let Some(AgentChoice::Preset(p)) = o.harness.as_ref().and_then(|h| h.agent.as_ref()) {
+        check_preset(p)?;
+    }
     let t = template(o.template).ok_or_else(|| {
         CreateError::Usage(format!(
             "unknown template `{}`; the built-in templates are:\n{}",
@@ -131,6 +243,9 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
         ))
     })?;
     let paths = LoopPaths::new(project, o.name);
+    if adoptable(&paths) {
+        return adopt(project, o, paths);
+    }
     if paths.dir.exists() {
         return Err(CreateError::Usage(format!(
             "loop `{}` already exists at {}",
@@ -144,26 +259,12 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
         None
     };
     std::fs::create_dir_all(&paths.dir).map_err(io(&paths.dir))?;
-    let mut toml = t.loop_toml.to_string();
+    let mut toml = match &o.harness {
+        Some(h) => with_agent(t.loop_toml, h),
+        None => t.loop_toml.to_string(),
+    };
     if !o.worktree {
         toml = toml.replace("[worktree]\nenabled = true", "[worktree]\nenabled = false");
-    }
-    if let Some(h) = &o.harness {
-        let rendered = serde_json::to_string(h).unwrap_or_default();
-        let mut out = String::new();
-        let mut in_harness = false;
-        for line in toml.lines() {
-            if line.starts_with('[') {
-                in_harness = line.trim() == "[harness]";
-            }
-            if in_harness && line.starts_with("command") {
-                out.push_str(&format!("command = {rendered}\n"));
-            } else {
-                out.push_str(line);
-                out.push('\n');
-            }
-        }
-        toml = out;
     }
     write_schemas(project)?;
     let toml = retarget_schema(&toml, "../../schemas/loop.schema.json");
@@ -184,12 +285,7 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
         };
         std::fs::write(&p, text).map_err(io(&p))?;
     }
-    let ignore = paths.dir.join(".gitignore");
-    std::fs::write(
-        &ignore,
-        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\ncache/\n.schedule.json\n.schedule.lock\n.schedule.log\n",
-    )
-    .map_err(io(&ignore))?;
+    write_gitignore(&paths, true)?;
     let task = o
         .task
         .clone()
@@ -198,16 +294,103 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     if o.task.is_none() && t.default_task.is_some() {
         state.task_source = Some(format!("template:{}", t.name));
     }
-    crate::state::save(&paths.state, &state).map_err(|e| CreateError::Io(e.to_string()))?;
+    start(
+        &paths,
+        &state,
+        ("template", o.template.to_string()),
+        o.worktree,
+    )?;
+    Ok(paths)
+}
+
+/// The loop's own `.gitignore`: what loopflow writes there never lands in commits. An
+/// adopted loop keeps the one it has.
+fn write_gitignore(paths: &LoopPaths, replace: bool) -> Result<(), CreateError> {
+    let ignore = paths.dir.join(".gitignore");
+    if !replace && ignore.exists() {
+        return Ok(());
+    }
+    std::fs::write(
+        &ignore,
+        "# written by loopflow: loop state never lands in your commits\n.state.loop\n.state.log\n.state.lock\n.lock\n.state.tmp*\noutputs/\nworktree/\ncache/\n.schedule.json\n.schedule.lock\n.schedule.log\n",
+    )
+    .map_err(io(&ignore))
+}
+
+/// Writes the new loop's first state and its CREATE line.
+fn start(
+    paths: &LoopPaths,
+    state: &State,
+    what: (&'static str, String),
+    worktree: bool,
+) -> Result<(), CreateError> {
+    crate::state::save(&paths.state, state).map_err(|e| CreateError::Io(e.to_string()))?;
     paths
         .log(
             Event::Create,
             &[
-                crate::state::LogArg::Kv("template", o.template.to_string()),
-                crate::state::LogArg::Kv("worktree", o.worktree.to_string()),
+                crate::state::LogArg::Kv(what.0, what.1),
+                crate::state::LogArg::Kv("worktree", worktree.to_string()),
             ],
         )
-        .map_err(|e| CreateError::Io(e.to_string()))?;
+        .map_err(|e| CreateError::Io(e.to_string()))
+}
+
+/// A loop directory that holds configuration but was never started: a `loop.toml` (and
+/// prompts) committed to the repository, in a fresh clone or checkout.
+pub fn adoptable(paths: &LoopPaths) -> bool {
+    paths.config().is_file() && !paths.state.exists()
+}
+
+/// Starts a loop whose configuration is already there (see [`adoptable`]): its
+/// `loop.toml` and prompts are used as they are; the worktree (when its loop.toml wants
+/// one), `.gitignore` (when missing) and first state are made as `create` makes them.
+fn adopt(
+    project: &Path,
+    o: &CreateOptions<'_>,
+    paths: LoopPaths,
+) -> Result<LoopPaths, CreateError> {
+    if o.harness.is_some() {
+        return Err(CreateError::Usage(format!(
+            "loop `{}` already has its configuration ({}); create starts it as it is, so edit that file instead of passing --agent, --model or --verify-model",
+            o.name,
+            paths.config().display()
+        )));
+    }
+    let mut diags = crate::diag::Diagnostics::default();
+    let config = crate::config::LoopConfig::read(&paths.config(), project, &mut diags)
+        .map_err(io(&paths.config()))?
+        .filter(|_| !diags.has_errors())
+        .ok_or_else(|| {
+            CreateError::Usage(format!(
+                "{} has errors; `loopflow check {}` shows them",
+                paths.config().display(),
+                paths.config().display()
+            ))
+        })?;
+    if config.worktree && !o.worktree {
+        return Err(CreateError::Usage(format!(
+            "{} enables a worktree; set `[worktree] enabled = false` there instead of passing --no-worktree",
+            paths.config().display()
+        )));
+    }
+    let worktree_path = if config.worktree {
+        Some(create_worktree(project, &paths)?)
+    } else {
+        None
+    };
+    write_gitignore(&paths, false)?;
+    let state = State::new(
+        o.name,
+        o.task.clone(),
+        worktree_path.map(|p| p.display().to_string()),
+    );
+    start(
+        &paths,
+        &state,
+        ("adopted", "loop.toml".into()),
+        config.worktree,
+    )?;
     Ok(paths)
 }
 

@@ -2,7 +2,11 @@
 //! sees), never through a shell, with hooks and fsmonitor disabled so a planted repository
 //! config cannot make loopflow execute code.
 
-use std::path::Path;
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+#[cfg(unix)]
+use std::os::unix::ffi::OsStringExt;
 
 /// A git command that could not run, or said no.
 #[derive(Debug, thiserror::Error)]
@@ -23,24 +27,44 @@ impl From<GitError> for String {
     }
 }
 
+/// Variables that would point git somewhere else than the directory loopflow names (a
+/// hook's environment, or one an agent's wrapper exported): never passed on.
+const REDIRECTS: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+];
+
 /// Runs git with hooks and fsmonitor disabled, so a planted config cannot execute code.
 /// A non-zero exit is not an error here: see [`ok`].
 pub fn git(cwd: &Path, args: &[&str]) -> Result<std::process::Output, GitError> {
-    let mut full = vec![
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "core.fsmonitor=false",
+    run(cwd, &[], args)
+}
+
+fn run(cwd: &Path, pre: &[&OsStr], args: &[&str]) -> Result<std::process::Output, GitError> {
+    let mut full: Vec<&OsStr> = vec![
+        OsStr::new("-c"),
+        OsStr::new("core.hooksPath=/dev/null"),
+        OsStr::new("-c"),
+        OsStr::new("core.fsmonitor=false"),
     ];
-    full.extend_from_slice(args);
-    duct::cmd("git", &full)
+    full.extend_from_slice(pre);
+    full.extend(args.iter().map(OsStr::new));
+    let mut cmd = duct::cmd("git", &full)
         .dir(cwd)
         .stdin_null()
         .stdout_capture()
         .stderr_capture()
-        .unchecked()
-        .run()
-        .map_err(GitError::Spawn)
+        .unchecked();
+    for v in REDIRECTS {
+        cmd = cmd.env_remove(v);
+    }
+    cmd.run().map_err(GitError::Spawn)
 }
 
 /// The stdout of a finished git command, or its stderr as the error.
@@ -55,8 +79,19 @@ pub fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, GitError> {
     }
 }
 
-/// Every path a commit would touch (both sides of renames), from `git status -z`.
-pub fn changed_paths(cwd: &Path) -> Result<Vec<String>, GitError> {
+/// A path as git prints it with `-z`: bytes, not necessarily UTF-8.
+#[cfg(unix)]
+fn path_of(b: &[u8]) -> PathBuf {
+    PathBuf::from(OsString::from_vec(b.to_vec()))
+}
+
+#[cfg(not(unix))]
+fn path_of(b: &[u8]) -> PathBuf {
+    PathBuf::from(String::from_utf8_lossy(b).into_owned())
+}
+
+/// Every path a commit would touch (both sides of renames), from `git status -z`, as bytes.
+pub fn changed_paths(cwd: &Path) -> Result<Vec<PathBuf>, GitError> {
     let raw = ok(
         git(
             cwd,
@@ -64,6 +99,10 @@ pub fn changed_paths(cwd: &Path) -> Result<Vec<String>, GitError> {
         )?,
         "status",
     )?;
+    Ok(parse_status(&raw))
+}
+
+fn parse_status(raw: &[u8]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut fields = raw.split(|b| *b == 0).filter(|f| !f.is_empty());
     while let Some(f) = fields.next() {
@@ -71,12 +110,225 @@ pub fn changed_paths(cwd: &Path) -> Result<Vec<String>, GitError> {
             continue;
         }
         let status = &f[..2];
-        out.push(String::from_utf8_lossy(&f[3..]).into_owned());
+        out.push(path_of(&f[3..]));
         if (status.contains(&b'R') || status.contains(&b'C'))
             && let Some(orig) = fields.next()
         {
-            out.push(String::from_utf8_lossy(orig).into_owned());
+            out.push(path_of(orig));
         }
     }
+    out
+}
+
+/// One entry of `git diff-tree -r -z --raw --no-renames`: a path whose blob, mode or
+/// existence differs between two trees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub path: PathBuf,
+    /// The mode after (`0` when deleted): `120000` a symlink, `160000` a gitlink (a
+    /// nested repository), `100644`/`100755` a file.
+    pub mode: u32,
+    /// The object after (all zeros when deleted).
+    pub object: String,
+}
+
+pub const MODE_SYMLINK: u32 = 0o120000;
+pub const MODE_GITLINK: u32 = 0o160000;
+
+fn parse_raw(raw: &[u8]) -> Result<Vec<Change>, GitError> {
+    let bad = || GitError::Unexpected {
+        what: "diff-tree".into(),
+        output: String::from_utf8_lossy(&raw[..raw.len().min(200)]).into_owned(),
+    };
+    let mut out = Vec::new();
+    let mut fields = raw.split(|b| *b == 0);
+    while let Some(meta) = fields.next() {
+        if meta.is_empty() {
+            continue;
+        }
+        // `:100644 100644 <old> <new> M`, then the path.
+        let meta = std::str::from_utf8(meta).map_err(|_| bad())?;
+        let parts: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+        let [_, dst_mode, _, dst, _] = parts[..] else {
+            return Err(bad());
+        };
+        let mode = u32::from_str_radix(dst_mode, 8).map_err(|_| bad())?;
+        let path = fields.next().ok_or_else(bad)?;
+        out.push(Change {
+            path: path_of(path),
+            mode,
+            object: dst.to_string(),
+        });
+    }
     Ok(out)
+}
+
+/// A loop's linked worktree, verified to be what `git worktree add` made for it: git runs
+/// with its administrative directory (`<repo>/.git/worktrees/<id>`, which agents cannot
+/// write) named explicitly, so an agent that rewrote the worktree's `.git` file, or
+/// pointed it at a repository of its own, cannot make loopflow commit anywhere else.
+#[derive(Debug, Clone)]
+pub struct Linked {
+    pub git_dir: PathBuf,
+    pub work_tree: PathBuf,
+    /// `refs/heads/loopflow/<name>`.
+    pub branch: String,
+}
+
+impl Linked {
+    /// Finds `work_tree`'s administrative directory in `project`'s repository and checks
+    /// that the worktree still is what it was made: a real directory whose `.git` file
+    /// names that directory, on `branch`.
+    pub fn open(project: &Path, work_tree: &Path, branch: &str) -> Result<Linked, String> {
+        if std::fs::symlink_metadata(work_tree).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err("the worktree is a symlink; refusing to commit where it points".into());
+        }
+        let common = ok(
+            git(
+                project,
+                &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+            )?,
+            "rev-parse",
+        )?;
+        let common = path_of(trim_newline(&common));
+        let me = std::fs::canonicalize(work_tree.join(".git"))
+            .or_else(|_| std::fs::canonicalize(work_tree).map(|w| w.join(".git")))
+            .map_err(|e| format!("{}: {e}", work_tree.display()))?;
+        let admin = std::fs::read_dir(common.join("worktrees"))
+            .map_err(|e| format!("{}: no linked worktrees ({e})", common.display()))?
+            .flatten()
+            .map(|e| e.path())
+            .find(|d| {
+                crate::fs_safe::head(&d.join("gitdir"), 4096)
+                    .ok()
+                    .map(|b| path_of(trim_newline(&b)))
+                    .and_then(|p| std::fs::canonicalize(p).ok())
+                    .is_some_and(|p| p == me)
+            })
+            .ok_or_else(|| {
+                format!(
+                    "{} is not a worktree of the repository at {}",
+                    work_tree.display(),
+                    common.display()
+                )
+            })?;
+        // The `.git` file in the worktree is the agent's to write: it must still point here.
+        let dotgit = crate::fs_safe::head(&work_tree.join(".git"), 4096)
+            .map_err(|e| format!("{}/.git: {e}", work_tree.display()))?;
+        let named = trim_newline(&dotgit)
+            .strip_prefix(b"gitdir: ")
+            .map(path_of)
+            .and_then(|p| std::fs::canonicalize(p).ok());
+        if named != std::fs::canonicalize(&admin).ok() {
+            return Err(format!(
+                "{}/.git no longer points at {}",
+                work_tree.display(),
+                admin.display()
+            ));
+        }
+        let head = crate::fs_safe::head(&admin.join("HEAD"), 4096)
+            .map_err(|e| format!("{}: {e}", admin.join("HEAD").display()))?;
+        let want = format!("ref: {branch}");
+        if trim_newline(&head) != want.as_bytes() {
+            return Err(format!(
+                "HEAD is {}, not {branch}",
+                String::from_utf8_lossy(trim_newline(&head))
+            ));
+        }
+        Ok(Linked {
+            git_dir: admin,
+            work_tree: work_tree.to_path_buf(),
+            branch: branch.to_string(),
+        })
+    }
+
+    /// Runs git on this worktree with its directories given explicitly.
+    pub fn git(&self, args: &[&str]) -> Result<std::process::Output, GitError> {
+        let dir = flag("--git-dir=", &self.git_dir);
+        let tree = flag("--work-tree=", &self.work_tree);
+        run(&self.work_tree, &[&dir, &tree], args)
+    }
+
+    /// [`Linked::git`], its stdout on success.
+    pub fn out(&self, args: &[&str], what: &str) -> Result<Vec<u8>, GitError> {
+        ok(self.git(args)?, what)
+    }
+
+    /// The object `rev` names (`rev-parse --verify`), `None` when it names nothing.
+    pub fn rev(&self, rev: &str) -> Option<String> {
+        let o = self
+            .out(&["rev-parse", "--verify", "-q", rev], "rev-parse")
+            .ok()?;
+        let s = String::from_utf8(trim_newline(&o).to_vec()).ok()?;
+        (!s.is_empty()).then_some(s)
+    }
+
+    /// Paths `status` reports (uncommitted, untracked; both sides of renames).
+    pub fn status_paths(&self) -> Result<Vec<PathBuf>, GitError> {
+        let raw = self.out(
+            &["status", "--porcelain=v1", "-z", "--untracked-files=all"],
+            "status",
+        )?;
+        Ok(parse_status(&raw))
+    }
+
+    /// What differs between two trees (or commits), path by path.
+    pub fn diff(&self, from: &str, to: &str) -> Result<Vec<Change>, GitError> {
+        let raw = self.out(
+            &[
+                "diff-tree",
+                "-r",
+                "-z",
+                "--raw",
+                "--no-renames",
+                "--no-abbrev",
+                from,
+                to,
+            ],
+            "diff-tree",
+        )?;
+        parse_raw(&raw)
+    }
+
+    /// A blob's bytes (a symlink's target), at most `cap` of them.
+    pub fn blob(&self, object: &str, cap: usize) -> Result<Vec<u8>, GitError> {
+        let mut b = self.out(&["cat-file", "blob", object], "cat-file")?;
+        b.truncate(cap);
+        Ok(b)
+    }
+}
+
+fn flag(name: &str, p: &Path) -> OsString {
+    let mut f = OsString::from(name);
+    f.push(p.as_os_str());
+    f
+}
+
+fn trim_newline(b: &[u8]) -> &[u8] {
+    b.strip_suffix(b"\n").unwrap_or(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn raw_diff_keeps_non_utf8_paths_and_modes() {
+        let mut raw = b":000000 120000 0000 abcd A\0l\xffnk\0".to_vec();
+        raw.extend_from_slice(b":100644 000000 1234 0000 D\0gone\0");
+        let c = parse_raw(&raw).unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].mode, MODE_SYMLINK);
+        assert_eq!(c[0].path.as_os_str().as_bytes(), b"l\xffnk");
+        assert_eq!(c[1].mode, 0);
+        assert!(parse_raw(b":bad\0").is_err());
+    }
+
+    #[test]
+    fn status_paths_are_bytes_and_renames_give_both_sides() {
+        let p = parse_status(b"R  new\xfe\0old\0?? u\0");
+        let b: Vec<&[u8]> = p.iter().map(|p| p.as_os_str().as_bytes()).collect();
+        assert_eq!(b, [&b"new\xfe"[..], b"old", b"u"]);
+    }
 }

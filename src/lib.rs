@@ -58,6 +58,6 @@ pub mod testing {
     pub use crate::pipeline::Pipeline;
     pub use crate::schema::get as schema;
     pub use crate::state::{LoopPaths, load, save};
-    pub use crate::template::vars::{ALWAYS, NODE_FIELDS};
+    pub use crate::template::vars::{ALWAYS, NODE_FIELDS, SOURCE, names as template_names};
     pub use crate::tick::{RunOptions, run_tick};
 }

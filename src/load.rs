@@ -682,5 +682,26 @@ pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
             out.push_str(&format!("    usage: {}\n", parts.join("; ")));
         }
     }
+    let sb = &cfg.sandbox;
+    out.push_str(&match sb.mode {
+        crate::config::SandboxMode::Off => {
+            "  sandbox: off (agents may write anywhere your user can)\n".to_string()
+        }
+        mode => {
+            let mut may = vec![
+                "their working directory".to_string(),
+                "a private TMPDIR".to_string(),
+            ];
+            may.extend(sb.write.iter().map(|(p, _)| tilde(p)));
+            may.push("each preset's state dirs".into());
+            format!(
+                "  sandbox: {} ({}): agents may write only {}; network {}\n",
+                mode.as_str(),
+                crate::sandbox::kernel_summary(),
+                may.join(", "),
+                if sb.deny_network { "deny" } else { "allow" }
+            )
+        }
+    });
     out
 }

@@ -5,10 +5,8 @@
 //! cannot be started logs `WARN notify=…` and changes nothing else: the halt, the state
 //! and the exit code are the same with or without it.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -16,10 +14,6 @@ use crate::config::{LoopConfig, Notify, ProjectConfig};
 use crate::diag::Diagnostics;
 use crate::reason::HaltReason;
 use crate::state::{Event, LogArg, LoopPaths, State};
-
-/// How long a timed-out notifier's group gets between TERM and KILL: a notifier is small,
-/// and a halt should not wait long on one.
-const GRACE: Duration = Duration::from_secs(2);
 
 /// Why a notifier did not succeed (the `reason=` of its `WARN` line).
 #[derive(Debug, thiserror::Error)]
@@ -169,10 +163,9 @@ fn run(paths: &LoopPaths, notify: &Notify, event: &Value, ctx: &Value) -> Result
     )
 }
 
-/// Runs `argv` (never a shell) in its own process group with `input` on stdin, and waits
-/// at most `timeout`; then TERM to the group, a short grace, KILL. `crate::process::run`
-/// cannot give a child stdin, so this is its small sibling: same group handling, with a
-/// pipe in and the last of stderr kept for the `WARN` line.
+/// Runs `argv` (never a shell) through [`crate::process::run`], like a node: its own
+/// process group, the timeout, TERM then KILL to the group, leftovers collected. The event
+/// goes on stdin from a private temp file; the last of stderr is kept for the `WARN` line.
 fn spawn(
     argv: &[String],
     cwd: &Path,
@@ -180,113 +173,43 @@ fn spawn(
     input: &[u8],
     timeout: Duration,
 ) -> Result<(), NotifyError> {
-    let Some((program, args)) = argv.split_first() else {
-        return Err(NotifyError::Spawn("empty argv".into()));
-    };
-    let stderr = tempfile::tempfile().map_err(|e| NotifyError::Spawn(e.to_string()))?;
-    let err_copy = stderr
-        .try_clone()
-        .map_err(|e| NotifyError::Spawn(e.to_string()))?;
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .current_dir(cwd)
-        .env("PWD", cwd)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(err_copy);
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        cmd.process_group(0);
+    use crate::process::Exit;
+    let io = |e: std::io::Error| NotifyError::Spawn(e.to_string());
+    let dir = tempfile::tempdir().map_err(io)?;
+    let event = dir.path().join("event.json");
+    crate::fs_safe::write_owned(&event, input).map_err(io)?;
+    let mut env = env.to_vec();
+    env.push(("PWD".into(), cwd.display().to_string()));
+    let never = std::sync::atomic::AtomicBool::new(false);
+    let done = crate::process::run(&crate::process::Spawn {
+        argv,
+        cwd,
+        env,
+        stdin: Some(&event),
+        stdout: dir.path().join("stdout"),
+        stderr: dir.path().join("stderr"),
+        timeout: Some(timeout),
+        idle: None,
+        cancel: &never,
+        sandbox: None,
+        on_spawn: None,
+        on_poll: None,
+    });
+    match done.exit {
+        Exit::Code(0) => Ok(()),
+        Exit::Code(code) => Err(NotifyError::Exit {
+            code,
+            stderr: stderr_tail(&dir.path().join("stderr")),
+        }),
+        Exit::Signal(s) => Err(NotifyError::Signal(s)),
+        Exit::TimedOut | Exit::Idle(_) | Exit::Interrupted => Err(NotifyError::Timeout(timeout)),
+        Exit::SpawnFailed(why) => Err(NotifyError::Spawn(why)),
     }
-    let mut child = cmd.spawn().map_err(|e| {
-        NotifyError::Spawn(match e.kind() {
-            std::io::ErrorKind::NotFound => format!("`{program}` not found"),
-            std::io::ErrorKind::PermissionDenied => format!("`{program}` is not executable"),
-            _ => e.to_string(),
-        })
-    })?;
-    let pgid = child.id();
-    // Written from a thread: a notifier that never reads stdin must not block the halt,
-    // and one that exits early only breaks the pipe (loopflow ignores SIGPIPE).
-    if let Some(mut pipe) = child.stdin.take() {
-        let bytes = input.to_vec();
-        std::thread::spawn(move || {
-            let _ = pipe.write_all(&bytes);
-        });
-    }
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break Some(st),
-            Ok(None) if Instant::now() >= deadline => break None,
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(NotifyError::Spawn(e.to_string())),
-        }
-    };
-    // Whatever the notifier left running in its group goes too (as for a node).
-    stop_group(pgid, &mut child);
-    let Some(status) = status else {
-        return Err(NotifyError::Timeout(timeout));
-    };
-    if status.success() {
-        return Ok(());
-    }
-    let tail = stderr_tail(stderr);
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(s) = status.signal() {
-            return Err(NotifyError::Signal(s));
-        }
-    }
-    Err(NotifyError::Exit {
-        code: status.code().unwrap_or(-1),
-        stderr: tail,
-    })
 }
 
 /// The last line or so of what the notifier said on stderr, for the `WARN` line.
-fn stderr_tail(mut f: std::fs::File) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let len = f.metadata().map_or(0, |m| m.len());
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(300)));
-    let mut buf = Vec::new();
-    let _ = f.take(300).read_to_end(&mut buf);
+fn stderr_tail(path: &Path) -> String {
+    let buf = crate::fs_safe::tail(path, 300).unwrap_or_default();
     let text = String::from_utf8_lossy(&buf);
     text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// TERM the group, wait up to [`GRACE`] for it to empty, then KILL; the leader is reaped
-/// meanwhile (a zombie leader would keep the group "alive" for the whole grace).
-#[cfg(unix)]
-fn stop_group(pgid: u32, leader: &mut std::process::Child) {
-    let pg = pgid as libc::pid_t;
-    let alive = |leader: &mut std::process::Child| {
-        let _ = leader.try_wait();
-        // SAFETY: killpg with signal 0 only checks; a group that is gone yields ESRCH.
-        unsafe { libc::killpg(pg, 0) == 0 }
-    };
-    if !alive(leader) {
-        return;
-    }
-    // SAFETY: killpg only sends a signal to the notifier's own group.
-    unsafe { libc::killpg(pg, libc::SIGTERM) };
-    let deadline = Instant::now() + GRACE;
-    while Instant::now() < deadline {
-        if !alive(leader) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // SAFETY: as above.
-    unsafe { libc::killpg(pg, libc::SIGKILL) };
-    let _ = leader.wait();
-}
-
-#[cfg(not(unix))]
-fn stop_group(_pgid: u32, leader: &mut std::process::Child) {
-    let _ = leader.kill();
-    let _ = leader.wait();
 }

@@ -120,12 +120,25 @@ fn stop_group(pgid: u32) {
     signal_group(pgid, libc::SIGTERM);
     let deadline = Instant::now() + GRACE;
     while Instant::now() < deadline {
+        // Members that exited were reparented here (the subreaper): collected, or their
+        // zombies would keep the group "alive" for the whole grace period.
+        collect_zombies();
         if !group_alive(pgid) {
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     signal_group(pgid, libc::SIGKILL);
+    // KILL cannot be ignored, but dying takes a moment: wait (briefly) until the members
+    // are gone, so they are not counted again as leftovers of the node.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        collect_zombies();
+        if !group_alive(pgid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Bytes written so far to the child's output files (for the idle timeout).
@@ -417,6 +430,34 @@ fn own_children() -> Vec<i32> {
     out
 }
 
+/// Collects this process's children that exited and that no [`run`] waits for (a killed
+/// group's members, reparented here): they are not leftovers. Returns the live ones.
+fn collect_zombies() -> Vec<i32> {
+    #[cfg(target_os = "linux")]
+    {
+        // Held while listing and collecting, so a child being spawned right now is either
+        // tracked already or not yet a child.
+        let tracked = tracked().lock().unwrap_or_else(|e| e.into_inner());
+        let untracked: Vec<i32> = own_children()
+            .into_iter()
+            .filter(|p| !tracked.contains(&(*p as u32)))
+            .collect();
+        let (zombies, live): (Vec<i32>, Vec<i32>) =
+            untracked.into_iter().partition(|p| is_zombie(*p));
+        for pid in zombies {
+            // SAFETY: reaps a child of this very process that has exited.
+            unsafe {
+                libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
+            }
+        }
+        live
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Vec::new()
+    }
+}
+
 /// The environment entries every process of one loop's ticks carries (the tick sets
 /// them), by which leftovers are found.
 pub fn loop_marks(loop_name: &str, project: &Path) -> [String; 2] {
@@ -437,27 +478,11 @@ pub fn reap_leftovers(marks: &[String]) -> usize {
     {
         let mut killed = 0;
         for _ in 0..64 {
-            // Held while listing and collecting, so a child being spawned right now is
-            // either tracked already or not yet a child.
-            let tracked = tracked().lock().unwrap_or_else(|e| e.into_inner());
+            // Nothing to look for (the common case) costs one waitid, not a /proc scan.
             if !has_children() {
                 break;
             }
-            let untracked: Vec<i32> = own_children()
-                .into_iter()
-                .filter(|p| !tracked.contains(&(*p as u32)))
-                .collect();
-            // Children that already exited (a killed group's members, reparented here)
-            // are only collected; they are not leftovers.
-            let (zombies, live): (Vec<i32>, Vec<i32>) =
-                untracked.into_iter().partition(|p| is_zombie(*p));
-            for pid in zombies {
-                // SAFETY: reaps a child of this very process that has exited.
-                unsafe {
-                    libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
-                }
-            }
-            drop(tracked);
+            let live = collect_zombies();
             let mine: Vec<i32> = live
                 .into_iter()
                 .filter(|p| {

@@ -486,7 +486,10 @@ pub fn render(r: &Review) -> String {
             );
         }
         (None, Some(i)) => {
-            let _ = writeln!(o, "branch   none: the loop commits on {i} in the checkout");
+            let _ = writeln!(
+                o,
+                "branch   none: the loop works in the checkout on {i} and commits nothing (worktrees off)"
+            );
         }
         (None, None) => {}
     }

@@ -1,11 +1,11 @@
-//! `create`: a new loop from a built-in template.
+//! `create`: a new loop from a built-in template, with the agent it runs.
 
 use std::path::Path;
 
 use clap::Args;
 
-use crate::config::WorkSource;
-use crate::create::{CreateError, CreateOptions};
+use crate::config::{LoopConfig, WorkSource};
+use crate::create::{AgentChoice, CreateError, CreateOptions, Harness};
 use crate::exit;
 use crate::out::{self, outln};
 
@@ -25,6 +25,62 @@ pub struct CreateArgs {
     /// Work in the project checkout instead of a git worktree of its own.
     #[arg(long)]
     pub no_worktree: bool,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// `--agent`, `--model`, `--verify-model`: shared by `create` and `init`.
+#[derive(Args, Debug, Default)]
+pub struct AgentArgs {
+    /// The agent the roles run, as a shipped preset: claude-code, opencode, codex, gemini,
+    /// aider, goose (written as `[harness] preset`; the templates' default is opencode).
+    #[arg(long, value_name = "PRESET")]
+    pub agent: Option<String>,
+    /// The model every role uses, in the agent's own naming (`sonnet`, `gpt-5.5`,
+    /// `anthropic/claude-sonnet-4-5` for opencode); default: the agent's.
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// The verifier's model instead, so another model grades the work.
+    #[arg(long, value_name = "M")]
+    pub verify_model: Option<String>,
+}
+
+impl AgentArgs {
+    /// What `create` writes for these flags (`None`: the template as it is).
+    pub fn harness(&self) -> Option<Harness> {
+        if self.agent.is_none() && self.model.is_none() && self.verify_model.is_none() {
+            return None;
+        }
+        Some(Harness {
+            agent: self.agent.clone().map(AgentChoice::Preset),
+            model: self.model.clone().filter(|m| !m.is_empty()),
+            verify_model: self.verify_model.clone().filter(|m| !m.is_empty()),
+        })
+    }
+}
+
+/// One line on the agent a new loop runs: its preset and whether its program is on PATH
+/// (and how to install it when not).
+pub fn agent_note(config: &LoopConfig) {
+    let agent = config.agent("implement");
+    let Some(name) = agent.preset else {
+        return;
+    };
+    let mut d = crate::diag::Diagnostics::default();
+    let Some(p) = crate::preset::load(name, &mut d) else {
+        return;
+    };
+    let program = p.program();
+    match crate::preset::find_on_path(program) {
+        Some(path) => outln!("  agent: {name} ({})", path.display()),
+        None => {
+            let how = p
+                .install_command()
+                .map(|c| format!("; install it: {c}"))
+                .unwrap_or_default();
+            outln!("  agent: {name} (`{program}` is not on PATH{how})");
+        }
+    }
 }
 
 pub fn create(project: &Path, a: CreateArgs) -> i32 {
@@ -33,11 +89,22 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
         template: &a.template,
         task: a.task.clone(),
         worktree: !a.no_worktree,
-        harness: None,
+        harness: a.agent.harness(),
     };
+    // A loop directory committed with its loop.toml but never started (a fresh clone).
+    let adopting = crate::state::check_loop_name(&a.loop_name).is_ok()
+        && crate::create::adoptable(&crate::state::LoopPaths::new(project, &a.loop_name));
     match crate::create::create(project, &o) {
         Ok(paths) => {
-            outln!("created loop `{}` in {}", a.loop_name, paths.dir.display());
+            if adopting {
+                outln!(
+                    "started loop `{}` from the loop.toml already in {}",
+                    a.loop_name,
+                    paths.dir.display()
+                );
+            } else {
+                outln!("created loop `{}` in {}", a.loop_name, paths.dir.display());
+            }
             if !a.no_worktree {
                 outln!(
                     "  worktree: {} (branch loopflow/{})",
@@ -45,16 +112,21 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
                     a.loop_name
                 );
             }
+            let config = crate::load::config(&paths, project).ok();
+            if let Some(c) = &config {
+                agent_note(c);
+            }
             outln!(
-                "  next: edit {} (harness command, brakes), then",
+                "  next: edit {} (agent, models, brakes), then",
                 paths.dir.join("loop.toml").display()
             );
             outln!("        loopflow run --loop {} --dry-run", a.loop_name);
             // Only a single-task loop without a task waits: a template may bring its
             // task (ci-triage), a backlog or audit loop finds its own.
             let task = paths.load().ok().and_then(|s| s.current_task);
-            let single = crate::load::config(&paths, project)
-                .is_ok_and(|c| matches!(c.work_source, WorkSource::Single));
+            let single = config
+                .as_ref()
+                .is_some_and(|c| matches!(c.work_source, WorkSource::Single));
             match (&a.task, task) {
                 (None, Some(t)) => outln!("  task: {} (the template's)", out::printable(&t)),
                 (None, None) if single => {

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 
-use crate::create::{CreateOptions, create};
+use crate::create::{AgentChoice, CreateOptions, Harness, create};
 use crate::exit;
 use crate::out::{self, outln};
 use crate::reason::{HaltReason, VerifierFailure};
@@ -145,14 +145,17 @@ pub fn demo(a: DemoArgs) -> i32 {
         template: "default",
         task: Some("Make the parser handle empty input".into()),
         worktree: false,
-        harness: Some(vec![
-            exe.clone(),
-            "fake-agent".into(),
-            "--role".into(),
-            "{{role}}".into(),
-            "--prompt".into(),
-            "{{prompt}}".into(),
-        ]),
+        harness: Some(Harness {
+            agent: Some(AgentChoice::Command(vec![
+                exe.clone(),
+                "fake-agent".into(),
+                "--role".into(),
+                "{{role}}".into(),
+                "--prompt".into(),
+                "{{prompt}}".into(),
+            ])),
+            ..Harness::default()
+        }),
     };
     // The project the fake agent works on. With worktrees off the sandbox lets agents
     // write the project's existing top-level entries (not create new ones at its root).

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use clap::Args;
 
-use crate::create::{CreateError, CreateOptions, TEMPLATES, template, template_list};
+use super::create::AgentArgs;
+use crate::create::{CreateError, CreateOptions, TEMPLATES, check_preset, template, template_list};
 use crate::exit;
 use crate::out::{self, outln};
 
@@ -32,6 +33,8 @@ pub struct InitArgs {
     /// Never ask, even on a terminal: take the defaults for anything not given.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    #[command(flatten)]
+    pub agent: AgentArgs,
 }
 
 /// The lines `init` adds to the project's `.gitignore`: what loopflow writes at run time.
@@ -106,8 +109,59 @@ fn gitignore(project: &Path) -> std::io::Result<usize> {
     Ok(added)
 }
 
+/// The presets whose programs are on PATH, each with where it was found.
+fn presets_on_path() -> Vec<(&'static str, std::path::PathBuf)> {
+    crate::preset::names()
+        .into_iter()
+        .filter_map(|name| {
+            let p = crate::preset::load(name, &mut crate::diag::Diagnostics::default())?;
+            Some((name, crate::preset::find_on_path(p.program())?))
+        })
+        .collect()
+}
+
+/// Asks which agent to run, offering those on PATH; the default is the templates'
+/// (opencode) when it is installed, else the first one found. Asks again after a name
+/// that is no preset.
+fn ask_agent() -> String {
+    let found = presets_on_path();
+    let default = match found
+        .iter()
+        .find(|(n, _)| *n == crate::config::DEFAULT_PRESET)
+    {
+        Some((n, _)) => *n,
+        None => found
+            .first()
+            .map_or(crate::config::DEFAULT_PRESET, |(n, _)| *n),
+    };
+    if found.is_empty() {
+        outln!(
+            "agents: none of the presets' programs is on PATH ({}); the loop's `check` passes, but its ticks need one installed",
+            crate::preset::names().join(", ")
+        );
+    } else {
+        outln!("agents on PATH:");
+        for (n, path) in &found {
+            outln!("  {n:<12}  {}", path.display());
+        }
+    }
+    loop {
+        let answer = ask(true, "agent", default);
+        match check_preset(&answer) {
+            Ok(()) => return answer,
+            Err(e) => outln!("{e}"),
+        }
+    }
+}
+
 pub fn init(project: &Path, a: InitArgs) -> i32 {
     let interactive = !a.yes && std::io::stdin().is_terminal();
+    if let Some(p) = &a.agent.agent
+        && let Err(e) = check_preset(p)
+    {
+        eprintln!("error: {e}");
+        return exit::USAGE;
+    }
     let remote = match has_remote(project) {
         Ok(r) => r,
         Err(e) if a.no_remote_ok => {
@@ -164,6 +218,20 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
         }
         None => None,
     };
+    let mut agent = a.agent;
+    // A committed loop directory brings its own agent (its loop.toml).
+    let adopting = crate::create::adoptable(&crate::state::LoopPaths::new(project, &name));
+    if interactive && !adopting && agent.agent.is_none() {
+        agent.agent = Some(ask_agent());
+    }
+    if interactive && !adopting && agent.model.is_none() {
+        let m = ask(
+            true,
+            "model for every role (empty: the agent's default)",
+            "",
+        );
+        agent.model = (!m.is_empty()).then_some(m);
+    }
     let dir = project.join(".loopflow");
     if let Err(e) = std::fs::create_dir_all(dir.join("loops")) {
         eprintln!("error: {}: {e}", dir.display());
@@ -177,7 +245,8 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
             return exit::STATE;
         }
     }
-    let existed = crate::state::LoopPaths::new(project, &name).dir.exists();
+    // A loop directory without state (committed, never started) is started as it is.
+    let existed = crate::state::LoopPaths::new(project, &name).dir.exists() && !adopting;
     if existed {
         outln!("loop `{name}` already exists; left as it is");
     } else {
@@ -186,14 +255,23 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
             template: t.name,
             task: task.clone(),
             worktree: !a.no_worktree,
-            harness: None,
+            harness: agent.harness(),
         };
         match crate::create::create(project, &o) {
-            Ok(paths) => outln!(
-                "created loop `{name}` from template `{}` in {}",
-                t.name,
+            Ok(paths) if adopting => outln!(
+                "started loop `{name}` from the loop.toml already in {}",
                 paths.dir.display()
             ),
+            Ok(paths) => {
+                outln!(
+                    "created loop `{name}` from template `{}` in {}",
+                    t.name,
+                    paths.dir.display()
+                );
+                if let Ok(c) = crate::load::config(&paths, project) {
+                    super::create::agent_note(&c);
+                }
+            }
             Err(CreateError::Usage(m)) => {
                 eprintln!("error: {m}");
                 return exit::USAGE;

@@ -100,10 +100,13 @@ Examples:
     #[command(after_help = "\
 Examples:
   loopflow create --loop fix-parser --task \"Make the parser handle empty input\"
-  loopflow create --loop triage --template ci-triage
+  loopflow create --loop fix-parser --task \"...\" --agent claude-code --model sonnet
+  loopflow create --loop review --agent codex --model gpt-5.5 --verify-model o3
+  loopflow create --loop triage --template ci-triage --agent opencode
   loopflow create --loop notes --task \"Tidy the docs\" --no-worktree
 
-An unknown --template lists the built-in ones with what each does.")]
+An unknown --template lists the built-in ones with what each does; an unknown --agent
+lists the presets. Without --agent the template's agent runs (opencode).")]
     Create(create::CreateArgs),
     /// Show loops: iteration, halt, task, phase, last score, spend.
     #[command(after_help = "\
@@ -183,8 +186,9 @@ demo builds a project of its own: it takes no --project (and ignores LOOPFLOW_PR
     /// Set a project up: .loopflow/, a first loop from a template, .gitignore lines.
     #[command(after_help = "\
 Examples:
-  loopflow init                                   asks on a terminal
-  loopflow init --template default --loop fix-parser --task \"...\" --yes")]
+  loopflow init                                   asks on a terminal (offers the agents on PATH)
+  loopflow init --template default --loop fix-parser --task \"...\" --yes
+  loopflow init --agent claude-code --model sonnet --verify-model opus --yes")]
     Init(init::InitArgs),
     /// List docs whose last-read-sha is older than the code they describe (JSON lines).
     Drift(drift::DriftArgs),

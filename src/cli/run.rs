@@ -88,6 +88,7 @@ fn print_summary(s: &Summary, json: bool) {
                 Some(r) => format!("not ok ({r}); a real run would end here"),
             }
         ));
+        human(d.sandbox.clone());
         for (id, kind, when, what) in &d.nodes {
             let when = when
                 .as_ref()

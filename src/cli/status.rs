@@ -113,6 +113,7 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
         "limits": limits,
         "goal_score": cfg.as_ref().map(|c| c.brakes.goal_score),
         "model_diverse": model_diverse,
+        "sandbox": cfg.as_ref().map(|c| c.sandbox.mode.as_str()),
         "config_error": config_error,
         "consecutive_aborts": s.consecutive_aborts,
         "last_abort": last_abort,
@@ -187,6 +188,8 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
             outln!("note: {name}: {}", printable(n.as_str().unwrap_or("")));
         }
     }
+    // What the kernel can confine (each loop's `[sandbox] mode` is in `--json`).
+    outln!("sandbox: {}", crate::sandbox::kernel_summary());
     code
 }
 

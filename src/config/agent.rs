@@ -1,20 +1,14 @@
 //! The agent a role runs: `[harness]` and `[roles.<role>]` keys (`preset`, `command`,
 //! `model_args`, `usage`), layered over the shipped presets.
 
-use crate::diag::{Code, Diagnostic, Diagnostics, suggest};
+use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::preset::{Preset, UsageRule};
 use crate::template::Tmpl;
 use crate::toml_read::Table;
 
-/// The argv a loop runs when it names no agent at all.
-pub const DEFAULT_HARNESS: &[&str] = &[
-    "opencode",
-    "run",
-    "--prompt-file",
-    "{{prompt}}",
-    "--cwd",
-    "{{cwd}}",
-];
+/// The agent a loop runs when it names none (no `preset`, no `command`): the shipped
+/// templates' default, OpenCode, the seed's primary harness.
+pub const DEFAULT_PRESET: &str = "opencode";
 
 /// The agent keys of a `[harness]` or `[roles.<role>]` table. A key left out falls back
 /// to the table's `preset`, then to `[harness]`, then to its preset, then to the default.
@@ -50,6 +44,7 @@ impl AgentKeys {
             let found = crate::preset::load(&s.value, diags);
             if found.is_none() {
                 let names = crate::preset::names();
+                let near = crate::preset::closest(&s.value);
                 let mut d = Diagnostic::error(
                     Code::InvalidValue,
                     t.source,
@@ -57,12 +52,6 @@ impl AgentKeys {
                     format!("unknown agent preset `{}`", s.value),
                 )
                 .label("not a preset");
-                let near = suggest(&s.value, names.iter().copied()).or_else(|| {
-                    names
-                        .iter()
-                        .copied()
-                        .find(|n| s.value.len() >= 3 && n.starts_with(s.value.as_str()))
-                });
                 d = match near {
                     Some(n) => d.help(format!("did you mean `{n}`? Presets: {}", names.join(", "))),
                     None => d.help(format!(
@@ -118,24 +107,28 @@ impl AgentKeys {
 
 /// Resolves a role's agent from its own keys and (unless the role names its own `preset`
 /// or `command`, and so runs another agent) `[harness]`'s, each over its preset, with
-/// `default` as the last resort.
+/// `default` (the [`DEFAULT_PRESET`]) as the last resort when neither names an agent.
 pub(super) fn resolve(
     role: &str,
     own: Option<&AgentKeys>,
     harness: &AgentKeys,
-    default: &[Tmpl],
+    default: &AgentKeys,
 ) -> Agent {
-    let standalone = own.is_some_and(|k| k.preset.is_some() || k.command.is_some());
+    let names_agent = |k: &AgentKeys| k.preset.is_some() || k.command.is_some();
+    let standalone = own.is_some_and(names_agent);
     let mut layers: Vec<&AgentKeys> = own.into_iter().collect();
     if !standalone {
         layers.push(harness);
+    }
+    if !layers.iter().any(|k| names_agent(k)) {
+        layers.push(default);
     }
     let pick = |f: &dyn Fn(&AgentKeys) -> Option<Vec<Tmpl>>| {
         layers.iter().find_map(|k| {
             f(k).or_else(|| k.preset.as_ref().and_then(|p| f(&AgentKeys::of_preset(p))))
         })
     };
-    let command = pick(&|k| k.command.clone()).unwrap_or_else(|| default.to_vec());
+    let command = pick(&|k| k.command.clone()).unwrap_or_default();
     let model_args = pick(&|k| k.model_args.clone()).unwrap_or_default();
     let mut usage = UsageRule::default();
     for k in &layers {

@@ -17,7 +17,7 @@ mod project;
 mod sandbox;
 mod work_source;
 
-pub use agent::{Agent, AgentKeys, DEFAULT_HARNESS};
+pub use agent::{Agent, AgentKeys, DEFAULT_PRESET};
 pub use brakes::{Brakes, HARD_CONTEXT_FLOOR};
 pub use notify::Notify;
 pub use project::{ProjectConfig, is_project_config};
@@ -89,12 +89,13 @@ fn resolve(dir: &Path, p: &str) -> PathBuf {
     }
 }
 
-/// The built-in default harness, as templates that are nobody's to check.
-fn default_harness(source: &SourceRef) -> Vec<Tmpl> {
-    DEFAULT_HARNESS
-        .iter()
-        .map(|s| Tmpl::builtin(source, s))
-        .collect()
+/// The agent of a loop that names none: the [`DEFAULT_PRESET`], loaded once.
+fn default_agent() -> &'static AgentKeys {
+    static DEFAULT: std::sync::OnceLock<AgentKeys> = std::sync::OnceLock::new();
+    DEFAULT.get_or_init(|| AgentKeys {
+        preset: crate::preset::load(DEFAULT_PRESET, &mut Diagnostics::default()),
+        ..AgentKeys::default()
+    })
 }
 
 /// A `loop.toml` read as far as it goes. `complete` is false when the file has a syntax
@@ -253,7 +254,7 @@ impl LoopConfig {
             role,
             self.roles.get(role).map(|r| &r.agent),
             &self.harness,
-            &default_harness(&self.source),
+            default_agent(),
         )
     }
 

@@ -36,10 +36,13 @@ pub struct TickScope<'a> {
     pub project: &'a Path,
     /// `outputs/` of the loop directory.
     pub outputs: &'a Path,
-    /// Where agents write their `{{output}}` files: `<cwd>/.loopflow-out/`.
+    /// Where agents write their `{{output}}` files: `<cwd>/.loopflow-out/<loop>/`.
     pub output_dir: &'a Path,
     /// The loop's verdict cache directory.
     pub cache_dir: &'a Path,
+    /// What the tree looked like before the first node, when a node asked
+    /// ([`super::NodeSpec::wants_baseline`]); `Err` says why it could not be taken.
+    pub baseline: Option<&'a Result<super::git_commit::Baseline, String>>,
     pub config: &'a LoopConfig,
     /// The state as it was when the tick started.
     pub state: &'a State,

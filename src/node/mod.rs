@@ -16,6 +16,7 @@ use crate::verdict::Verdict;
 mod command;
 mod commit;
 pub use commit::spend_of;
+pub use git_commit::Baseline;
 mod ctx;
 pub mod floor_check;
 mod gate;
@@ -83,6 +84,11 @@ pub trait NodeSpec: Debug + Send + Sync {
     /// Whether this node runs a process at all (the brakes between nodes stop those).
     fn runs_process(&self) -> bool {
         self.spawns()
+    }
+    /// Whether the tick must note, before its first node, what the tree looked like
+    /// (`git-commit` compares against it).
+    fn wants_baseline(&self) -> bool {
+        false
     }
     /// Templates in the node's own keys, checked statically against the DAG.
     fn templates(&self) -> Vec<&Tmpl> {

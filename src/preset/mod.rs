@@ -33,6 +33,29 @@ pub fn names() -> Vec<&'static str> {
     PRESETS.iter().map(|(n, _)| *n).collect()
 }
 
+/// The preset `word` most likely means: a near miss (`claud-code`) or the start of a
+/// name (`claude`). For "did you mean" hints.
+pub fn closest(word: &str) -> Option<&'static str> {
+    let names = names();
+    crate::diag::suggest(word, names.iter().copied()).or_else(|| {
+        names
+            .iter()
+            .copied()
+            .find(|n| word.len() >= 3 && n.starts_with(word))
+    })
+}
+
+/// Where `program` is on `PATH`, if anywhere (a file; a bare name only).
+pub fn find_on_path(program: &str) -> Option<std::path::PathBuf> {
+    if program.is_empty() || program.contains('/') {
+        return None;
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
 /// A preset, parsed from its embedded file.
 #[derive(Debug, Clone)]
 pub struct Preset {
@@ -61,6 +84,16 @@ impl Preset {
     /// The program the preset runs (`claude`, `codex`, …).
     pub fn program(&self) -> &str {
         self.command.first().map_or("", |t| t.text.as_str())
+    }
+
+    /// The command that installs the agent at the version the preset was checked
+    /// against (`npm install -g @openai/codex@0.171.0`), when a registry carries it.
+    pub fn install_command(&self) -> Option<String> {
+        match self.install.as_deref()?.split_once(':')? {
+            ("npm", pkg) => Some(format!("npm install -g {pkg}")),
+            ("pip", pkg) => Some(format!("pipx install {pkg}")),
+            _ => None,
+        }
     }
 }
 

@@ -263,6 +263,30 @@ pub trait Sandbox: Send + Sync {
     fn prepare(&self, policy: &Policy) -> Result<Prepared, SandboxError>;
 }
 
+/// What this machine's kernel can confine, in one line for `status` and `check --explain`.
+pub fn kernel_summary() -> String {
+    #[cfg(target_os = "linux")]
+    {
+        match LandlockSandbox::kernel_abi() {
+            0 => "this kernel has no Landlock: agents run unconfined (mode \"auto\" warns each tick, \"enforce\" runs none)".into(),
+            abi => {
+                let mut what = vec!["writes"];
+                if abi >= 4 {
+                    what.push("TCP (network = \"deny\")");
+                }
+                if abi >= 6 {
+                    what.push("signals");
+                }
+                format!("Landlock ABI {abi} confines {}", what.join(", "))
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        "no sandbox backend for this OS yet: agents run unconfined (mode \"auto\" warns each tick, \"enforce\" runs none)".into()
+    }
+}
+
 /// The best backend for this OS.
 pub fn platform_default() -> Box<dyn Sandbox> {
     #[cfg(target_os = "linux")]

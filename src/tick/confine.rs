@@ -142,11 +142,27 @@ impl Confinement {
             "network open"
         };
         let enforced = match b.prepare(&self.base) {
-            Ok(p) => p.enforced().to_string(),
+            Ok(p) => {
+                let e = p.enforced();
+                let on: Vec<&str> = [
+                    ("writes", e.files),
+                    ("signals", e.signals),
+                    ("TCP", e.network_tcp),
+                ]
+                .iter()
+                .filter(|(_, on)| *on)
+                .map(|(n, _)| *n)
+                .collect();
+                if on.is_empty() {
+                    format!("{} (nothing enforced)", e.backend)
+                } else {
+                    format!("{} ABI {} confining {}", e.backend, e.abi, on.join(", "))
+                }
+            }
             Err(e) => format!("unavailable ({e})"),
         };
         format!(
-            "sandbox {enforced}: writes only {} (+ the agent's state dirs); {net}",
+            "sandbox {enforced}: processes write only {} (+ the agent's state dirs); {net}",
             writes.join(", ")
         )
     }

@@ -55,7 +55,7 @@ pub fn stop_leftovers(paths: &LoopPaths, previous: &Previous) -> Result<(), Stat
 /// works, and named for the halt that follows.
 pub fn repair_files(paths: &LoopPaths) -> Vec<String> {
     let mut moved = Vec::new();
-    for p in [&paths.state_lock, &paths.log] {
+    for p in [&paths.lock, &paths.state_lock, &paths.log] {
         let Ok(m) = std::fs::symlink_metadata(p) else {
             continue;
         };

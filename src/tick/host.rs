@@ -52,6 +52,8 @@ pub(super) struct Tick<'a> {
     /// The task this tick works on (the gate's, else the state's).
     pub task: Option<String>,
     pub cache_dir: PathBuf,
+    /// The tree before the first node, when a node compares against it (`git-commit`).
+    pub baseline: Option<Result<crate::node::Baseline, String>>,
     /// What the nodes that ended so far produced, for the brakes between nodes.
     pub settled: Mutex<Vec<NodeOutput>>,
 }
@@ -88,6 +90,7 @@ impl<'a> Tick<'a> {
             outputs: &self.paths.outputs,
             output_dir: self.output_dir,
             cache_dir: &self.cache_dir,
+            baseline: self.baseline.as_ref(),
             config: &self.loaded.config,
             state: self.state,
             tick,

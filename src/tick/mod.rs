@@ -293,7 +293,8 @@ fn run_locked(
         .into());
     }
     let tmp = paths.tick_tmp();
-    let output_dir = cwd.join(OUTPUT_DIR);
+    // Per loop: with worktrees off, several loops share the project as working directory.
+    let output_dir = cwd.join(OUTPUT_DIR).join(&paths.name);
     if !opts.dry_run {
         prepare_dirs(paths, &tmp, &output_dir, &cwd)?;
     }
@@ -339,6 +340,17 @@ fn run_locked(
             .map(|t| t.id.clone())
             .or_else(|| state.current_task.clone()),
         cache_dir: paths.cache_dir(),
+        // Before any agent runs; only for a tick that will run nodes.
+        baseline: (!opts.dry_run
+            && gate.ok
+            && loaded
+                .pipeline
+                .nodes
+                .iter()
+                .any(|n| n.spec.wants_baseline()))
+        .then(|| {
+            crate::node::Baseline::take(loaded.config.worktree, &paths.project, &cwd, &paths.name)
+        }),
         settled: Default::default(),
     };
     let hb = crate::template::engine();
@@ -353,7 +365,7 @@ fn run_locked(
 }
 
 /// Where agents write their `{{output}}` files, inside their working directory.
-pub const OUTPUT_DIR: &str = ".loopflow-out";
+pub use crate::blast::OUTPUT_DIR;
 
 /// The tick's own directories: `outputs/`, its private `TMPDIR` (emptied: a killed tick
 /// leaves its files, and anything else under `tmp/` goes), and the `{{output}}` directory
@@ -374,17 +386,23 @@ fn prepare_dirs(paths: &LoopPaths, tmp: &Path, out: &Path, cwd: &Path) -> Result
         std::fs::create_dir_all(tmp).map_err(io(tmp))?;
     }
     if cwd.is_dir() {
-        match std::fs::symlink_metadata(out) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                let _ = std::fs::remove_file(out);
-                std::fs::create_dir_all(out).map_err(io(out))?;
-            }
-            Err(_) => std::fs::create_dir_all(out).map_err(io(out))?,
+        // `<cwd>/.loopflow-out/<loop>/`: never through a link an agent planted, and
+        // emptied of the last tick's files (empty_dir follows no link).
+        let root = out.parent().unwrap_or(out);
+        if std::fs::symlink_metadata(root).is_ok_and(|m| !m.is_dir()) {
+            let _ = std::fs::remove_file(root);
         }
-        let ignore = out.join(".gitignore");
-        if std::fs::read(&ignore).ok().as_deref() != Some(b"*\n") {
-            crate::fs_safe::write_owned(&ignore, b"*\n").map_err(io(&ignore))?;
+        if !empty_dir(out, None) {
+            std::fs::create_dir_all(out).map_err(io(out))?;
+        }
+        let ignore = root.join(".gitignore");
+        let ignored = || std::fs::read(&ignore).ok().as_deref() == Some(b"*\n");
+        // Another loop sharing the working directory may be writing it right now.
+        if !ignored() && crate::fs_safe::write_owned(&ignore, b"*\n").is_err() && !ignored() {
+            return Err(StateError::Io {
+                path: ignore,
+                source: std::io::Error::other("cannot write the output directory's .gitignore"),
+            });
         }
     }
     Ok(())

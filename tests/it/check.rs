@@ -504,7 +504,7 @@ fn explain_shows_each_roles_expanded_argv() {
     insta::assert_snapshot!("explain-presets", out.stdout);
     // The harness preset with the role's model flag in place, the prompt on stdin.
     assert!(out.stdout.contains(
-        "role implement (preset claude-code): claude -p --output-format json --model '{{model}}' --permission-mode acceptEdits\n    prompt: on stdin"
+        "role implement (preset claude-code): claude -p --output-format json --model '{{model}}' --permission-mode acceptEdits --allowedTools Bash\n    prompt: on stdin"
     ), "{}", out.stdout);
     // A role's own preset replaces the harness's, usage included.
     assert!(

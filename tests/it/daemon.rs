@@ -269,8 +269,9 @@ while [ ! -f "{dir}/{other}-started" ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 1
         "2",
     ]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(assert_consistent(&p, "a"), 1, "{:?}", p.events("a"));
-    assert_eq!(assert_consistent(&p, "b"), 1, "{:?}", p.events("b"));
+    let both = format!("a: {:?}\nb: {:?}\n{r:?}", p.events("a"), p.events("b"));
+    assert_eq!(assert_consistent(&p, "a"), 1, "{both}");
+    assert_eq!(assert_consistent(&p, "b"), 1, "{both}");
 }
 
 #[test]

@@ -1,13 +1,17 @@
 //! The integration tests: one binary (linked once) whose modules drive the real
 //! `loopflow` executable through [`support`].
 
+mod agents;
 mod cache_spend;
 mod check;
 mod check_all;
 mod cli;
 mod color;
+mod contract;
+mod create_agent;
 mod daemon;
 mod dashboard;
+mod dogfood;
 mod drift;
 mod exec;
 mod halts;
@@ -17,6 +21,7 @@ mod programs;
 mod report;
 mod review;
 mod robustness;
+mod sandbox;
 mod sarif;
 mod schedule;
 mod schedule_files;

@@ -633,12 +633,20 @@ fn from_template(p: &Project, name: &str, template: &str, task: Option<&str>, ag
         r#"command = ["{}", "{{{{role}}}}", "{{{{prompt}}}}", "{{{{output}}}}", "{{{{current_task}}}}"]"#,
         agent.display()
     );
-    let toml = toml
-        .replace(
-            r#"command = ["opencode", "run", "--prompt-file", "{{prompt}}", "--cwd", "{{cwd}}"]"#,
-            &harness,
-        )
-        .replace("# context_tokens = 32000", "context_tokens = 32000");
+    // Every template runs the opencode preset; these tests swap in a fake agent's argv.
+    let toml: String = toml
+        .lines()
+        .map(|l| {
+            if l.starts_with(r#"preset = "opencode""#) {
+                harness.clone()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("# context_tokens = 32000", "context_tokens = 32000")
+        + "\n";
     assert!(toml.contains(&harness), "{toml}");
     // The sandbox stays on; the fake agent may also write its call record.
     assert!(!toml.contains("[sandbox]"), "{toml}");
@@ -964,6 +972,14 @@ fn init_asks_on_a_terminal_only() {
         return;
     }
     let p = Project::git();
+    // An agent CLI on PATH (a stand-in: only its name matters), which init offers.
+    let tools = Project::new();
+    tools.script("bin/claude", "exit 0");
+    let path = format!(
+        "{}:{}",
+        tools.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let cmd = format!(
         "{} --project {} init --no-remote-ok --no-worktree",
         bin().display(),
@@ -971,6 +987,7 @@ fn init_asks_on_a_terminal_only() {
     );
     let mut child = std::process::Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
+        .env("PATH", path)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -979,20 +996,28 @@ fn init_asks_on_a_terminal_only() {
     {
         use std::io::Write;
         let mut stdin = child.stdin.take().expect("stdin");
+        // A misspelt agent is asked for again.
         stdin
-            .write_all(b"goal\nmyloop\nship the thing\n")
+            .write_all(b"goal\nmyloop\nship the thing\nclaud\nclaude-code\nsonnet\n")
             .expect("answers");
     }
     let out = child.wait_with_output().expect("wait");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("template [default]"), "{text}");
+    assert!(text.contains("agents on PATH:"), "{text}");
+    assert!(
+        text.contains(&tools.join("bin/claude").display().to_string()),
+        "{text}"
+    );
+    assert!(text.contains("did you mean `claude-code`?"), "{text}");
     let s = p.state("myloop");
     assert_eq!(s["current_task"], "ship the thing");
-    assert!(
-        p.read(".loopflow/loops/myloop/loop.toml")
-            .contains("goal_score = 0.9")
-    );
+    let toml = p.read(".loopflow/loops/myloop/loop.toml");
+    assert!(toml.contains("goal_score = 0.9"), "{toml}");
+    assert!(toml.contains("preset = \"claude-code\"\n"), "{toml}");
+    assert!(toml.contains("model = \"sonnet\"\n"), "{toml}");
+    assert!(!toml.contains("preset = \"opencode\""), "{toml}");
     // Without a terminal nothing is asked: defaults for what the flags leave out.
     let q = Project::git();
     let r = q.lf(&["init", "--no-remote-ok", "--no-worktree"]);

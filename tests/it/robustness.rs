@@ -49,11 +49,21 @@ fn ticks(p: &Project, name: &str) -> usize {
 }
 
 /// Kills (SIGKILL) every process group an agent recorded in `pgids`: the agents of a
-/// killed `loopflow run` are orphans in groups of their own.
+/// killed `loopflow run` are orphans in groups of their own. Only groups whose members are
+/// still this project's: a recorded id may since have been reused by another test's process.
 fn kill_recorded_groups(p: &Project) {
+    let mark = format!("LOOPFLOW_PROJECT={}", p.path().display()).into_bytes();
+    let ours = |pid: i32| {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .any(|v| v == mark.as_slice())
+    };
     for line in p.read("pgids").lines() {
         if let Ok(pgid) = line.trim().parse::<i32>()
-            && !live_group_members(pgid).is_empty()
+            && let members = live_group_members(pgid)
+            && !members.is_empty()
+            && members.iter().all(|m| ours(*m))
         {
             // SAFETY: these groups were started by this test's own agents.
             unsafe { libc::killpg(pgid, libc::SIGKILL) };

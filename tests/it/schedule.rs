@@ -41,7 +41,8 @@ fn use_agent(p: &Project, verdicts: &[&str]) {
     let cfg = cfg
         .lines()
         .map(|l| {
-            if l.starts_with("command = ") {
+            // The template's agent line (`preset = "opencode"`).
+            if l.starts_with("preset = ") || l.starts_with("command = ") {
                 format!(
                     "command = [\"{}\", \"{{{{role}}}}\", \"{{{{prompt}}}}\"]",
                     agent.display()

@@ -35,7 +35,8 @@ fn project(harness: Option<&str>) -> Project {
         let cfg: Vec<String> = cfg
             .lines()
             .map(|l| {
-                if l.starts_with("command = ") {
+                // The template's agent line (`preset = "opencode"`).
+                if l.starts_with("preset = ") || l.starts_with("command = ") {
                     h.to_string()
                 } else {
                     l.to_string()

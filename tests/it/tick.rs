@@ -250,7 +250,8 @@ fn json_summary_is_the_last_line() {
             "verify",
             "parse",
             "orchestrate",
-            "commit"
+            "commit",
+            "land"
         ]
     );
     for n in nodes {
@@ -486,7 +487,7 @@ fn harness_argv_reaches_the_agent_verbatim() {
             p.path().display().to_string(),
             format!(
                 "--out={}",
-                p.join(&format!(".loopflow-out/1-{role}.json")).display()
+                p.join(&format!(".loopflow-out/l/1-{role}.json")).display()
             ),
             "it's \"quoted\" $(touch pwned); x".into(),
             "fix the \"parser\"; $(rm -rf /)".into(),
@@ -949,7 +950,9 @@ fn status_json_shape() {
     assert_eq!(j["loops"].as_array().unwrap().len(), 1);
     let t = p.lf(&["status"]);
     assert!(
-        t.stdout.lines().count() == 3 && t.stdout.contains("0.60"),
+        t.stdout.lines().count() == 4
+            && t.stdout.contains("0.60")
+            && t.stdout.lines().last().unwrap().starts_with("sandbox: "),
         "{t:?}"
     );
     // Unknown loop: a usage error, not an empty list.
@@ -1139,7 +1142,7 @@ exit 0"#,
     );
     // The agent wrote it in its working directory's self-ignoring `.loopflow-out/`;
     // the loop keeps a copy under outputs/.
-    assert!(p.join(".loopflow-out/1-implement.json").exists());
+    assert!(p.join(".loopflow-out/l/1-implement.json").exists());
     assert_eq!(p.read(".loopflow-out/.gitignore"), "*\n");
     assert!(
         p.loop_dir("l").join("outputs/1-implement.json").exists(),

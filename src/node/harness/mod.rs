@@ -331,7 +331,7 @@ impl NodeSpec for HarnessNode {
     }
 }
 
-/// The agent's `{{output}}` file lives in its worktree's self-ignoring `.loopflow-out/`,
+/// The agent's `{{output}}` file lives in its worktree's self-ignoring `.loopflow-out/<loop>/`,
 /// which the next tick empties; a copy goes to the loop's `outputs/` for the record
 /// (`review`, `report`). Only a regular file, at most 16 MiB, never through a link.
 fn keep_output_file(from: &std::path::Path, to: &std::path::Path) {

@@ -1,0 +1,237 @@
+//! What the loop's tree looked like when the tick began, so `git-commit` can tell which
+//! paths the tick changed: the branch tip in a worktree; with worktrees off, HEAD and a
+//! stamp of every path that already differed from it (a git project), or of every file (a
+//! project without git). Stamps are `lstat` fields that any write changes (the inode
+//! change time cannot be set back from user space), so nothing is hashed or read.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::git::{Linked, changed_paths, git, ok};
+
+/// The most files stamped in a project without git; past it the tick says so and checks
+/// nothing rather than walk a huge tree twice per tick.
+pub const FILES_CAP: usize = 100_000;
+
+/// Entries never walked or reported: loopflow's own, git's, and the agents' output dir.
+const SKIPPED: &[&str] = &[".git", ".loopflow", crate::blast::OUTPUT_DIR];
+
+/// `lstat` fields that change on any write, rename, chmod or re-link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    mode: u32,
+}
+
+impl Stamp {
+    pub fn of(p: &Path) -> Option<Stamp> {
+        let m = std::fs::symlink_metadata(p).ok()?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            Some(Stamp {
+                ino: m.ino(),
+                len: m.len(),
+                mtime: (m.mtime(), m.mtime_nsec()),
+                ctime: (m.ctime(), m.ctime_nsec()),
+                mode: m.mode(),
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            let t = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .unwrap_or_default();
+            Some(Stamp {
+                ino: 0,
+                len: m.len(),
+                mtime: (t.as_secs() as i64, i64::from(t.subsec_nanos())),
+                ctime: (0, 0),
+                mode: 0,
+            })
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum Baseline {
+    /// Worktree: the loop branch's tip; everything since it is the tick's.
+    Branch { linked: Linked, base: String },
+    /// Worktrees off, a git project: HEAD, and how each path that already differed from
+    /// it looked (`None`: deleted).
+    Checkout {
+        top: PathBuf,
+        head: Option<String>,
+        dirty: HashMap<PathBuf, Option<Stamp>>,
+    },
+    /// Worktrees off, no git: every file.
+    Files(HashMap<PathBuf, Stamp>),
+    /// More than [`FILES_CAP`] files: nothing to compare against.
+    TooLarge,
+}
+
+impl Baseline {
+    /// Taken before the first node. `Err` says why the tick's changes cannot be told
+    /// apart (a worktree that is not the loop's own any more, say): `git-commit` halts.
+    pub fn take(
+        worktree: bool,
+        project: &Path,
+        cwd: &Path,
+        name: &str,
+    ) -> Result<Baseline, String> {
+        if worktree {
+            let linked = Linked::open(project, cwd, &branch(name))?;
+            let base = linked
+                .rev(&linked.branch)
+                .ok_or_else(|| format!("{} names no commit", linked.branch))?;
+            return Ok(Baseline::Branch { linked, base });
+        }
+        match toplevel(cwd) {
+            Some(top) => {
+                let head = rev(&top, "HEAD");
+                let dirty = changed_paths(&top)
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|p| {
+                        let s = Stamp::of(&top.join(&p));
+                        (p, s)
+                    })
+                    .collect();
+                Ok(Baseline::Checkout { top, head, dirty })
+            }
+            None => Ok(walk(cwd).map_or(Baseline::TooLarge, Baseline::Files)),
+        }
+    }
+
+    /// With worktrees off: every path (absolute) the tick changed, created or deleted.
+    pub fn changed_since(&self, cwd: &Path) -> Result<Vec<PathBuf>, String> {
+        match self {
+            Baseline::Branch { .. } | Baseline::TooLarge => Ok(Vec::new()),
+            Baseline::Checkout { top, head, dirty } => {
+                let now = changed_paths(top).map_err(|e| e.to_string())?;
+                let mut out: Vec<PathBuf> = Vec::new();
+                for p in &now {
+                    let full = top.join(p);
+                    match dirty.get(p) {
+                        Some(before) if *before == Stamp::of(&full) => {}
+                        _ => out.push(full),
+                    }
+                }
+                // Dirty before, clean now: reverted or committed during the tick.
+                for p in dirty.keys() {
+                    if !now.contains(p) {
+                        out.push(top.join(p));
+                    }
+                }
+                // Commits made during the tick.
+                if let Some(h) = head
+                    && rev(top, "HEAD").as_deref() != Some(h.as_str())
+                {
+                    let raw = ok(
+                        git(
+                            top,
+                            &["diff", "--name-only", "-z", "--no-renames", h, "HEAD"],
+                        )
+                        .map_err(|e| e.to_string())?,
+                        "diff",
+                    )
+                    .map_err(|e| e.to_string())?;
+                    out.extend(
+                        raw.split(|b| *b == 0)
+                            .filter(|f| !f.is_empty())
+                            .map(|f| top.join(bytes_path(f))),
+                    );
+                }
+                out.sort();
+                out.dedup();
+                Ok(out)
+            }
+            Baseline::Files(before) => {
+                let Some(now) = walk(cwd) else {
+                    return Err(format!(
+                        "more than {FILES_CAP} files under {}: the tick's changes were not checked",
+                        cwd.display()
+                    ));
+                };
+                let mut out: Vec<PathBuf> = now
+                    .iter()
+                    .filter(|(p, s)| before.get(*p) != Some(*s))
+                    .map(|(p, _)| p.clone())
+                    .chain(before.keys().filter(|p| !now.contains_key(*p)).cloned())
+                    .collect();
+                out.sort();
+                Ok(out)
+            }
+        }
+    }
+}
+
+pub fn branch(name: &str) -> String {
+    format!("refs/heads/loopflow/{name}")
+}
+
+fn toplevel(cwd: &Path) -> Option<PathBuf> {
+    let o = git(
+        cwd,
+        &["rev-parse", "--path-format=absolute", "--show-toplevel"],
+    )
+    .ok()?;
+    if !o.status.success() {
+        return None;
+    }
+    let b = o.stdout.strip_suffix(b"\n").unwrap_or(&o.stdout);
+    Some(bytes_path(b))
+}
+
+fn rev(top: &Path, r: &str) -> Option<String> {
+    let o = git(top, &["rev-parse", "--verify", "-q", r]).ok()?;
+    let s = String::from_utf8(o.stdout).ok()?;
+    let s = s.trim();
+    (o.status.success() && !s.is_empty()).then(|| s.to_string())
+}
+
+#[cfg(unix)]
+fn bytes_path(b: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(b))
+}
+
+#[cfg(not(unix))]
+fn bytes_path(b: &[u8]) -> PathBuf {
+    PathBuf::from(String::from_utf8_lossy(b).into_owned())
+}
+
+/// Every entry under `root` but [`SKIPPED`] ones at its top, stamped; `None` past
+/// [`FILES_CAP`]. Symlinks are stamped, not followed.
+fn walk(root: &Path) -> Option<HashMap<PathBuf, Stamp>> {
+    let mut out = HashMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            if dir == root && SKIPPED.iter().any(|s| e.file_name() == *s) {
+                continue;
+            }
+            let Ok(t) = e.file_type() else { continue };
+            if t.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if let Some(s) = Stamp::of(&path) {
+                out.insert(path, s);
+            }
+            if out.len() > FILES_CAP {
+                return None;
+            }
+        }
+    }
+    Some(out)
+}

@@ -1,0 +1,318 @@
+//! `git-commit`: lands the tick's work on `loopflow/<name>` after checking every path the
+//! tick changed against the blast radius (DESIGN §9) — uncommitted changes and commits the
+//! agent made itself alike, renames as both sides, symlinks where they point, nested
+//! repositories refused. The tick's tree becomes one commit on the branch tip the tick
+//! started from (the agent's own commits are folded into it, their subjects kept in the
+//! message). A violation halts `human_intervention:blast_radius` with the branch where the
+//! tick found it and the changes left uncommitted for review. With worktrees off it
+//! commits nothing but halts the same way on a path the tick changed outside the radius.
+
+mod baseline;
+
+use std::path::{Path, PathBuf};
+
+pub use baseline::Baseline;
+
+use crate::blast::Radius;
+use crate::diag::Diagnostics;
+use crate::git::{Change, Linked, MODE_GITLINK, MODE_SYMLINK};
+use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
+use crate::reason::{Failure, HaltReason, Intervention};
+use crate::template::Tmpl;
+use crate::toml_read::Table;
+
+pub struct GitCommit;
+
+const DEFAULT_MESSAGE: &str = "loopflow {{loop}}: iteration {{iteration}}";
+
+/// A symlink target longer than this is refused unread (PATH_MAX).
+const LINK_MAX: usize = 4096;
+
+impl NodeKind for GitCommit {
+    fn name(&self) -> &'static str {
+        "git-commit"
+    }
+    fn about(&self) -> &'static str {
+        "commits the tick's work on the loop's branch, refusing any path outside the blast radius"
+    }
+    fn keys(&self) -> &'static [Key] {
+        &[Key {
+            name: "message",
+            ty: KeyType::String,
+            about: "git-commit: the commit message template.",
+        }]
+    }
+    fn parse(&self, t: &Table<'_, '_>, d: &mut Diagnostics) -> Option<Box<dyn NodeSpec>> {
+        let message = t
+            .str("message", d)
+            .map(|s| Tmpl::literal(t.source, &s.value, s.span));
+        Some(Box::new(GitCommitNode { message }))
+    }
+}
+
+#[derive(Debug)]
+struct GitCommitNode {
+    message: Option<Tmpl>,
+}
+
+fn halt(detail: String) -> NodeRun {
+    NodeRun::Halt {
+        reason: HaltReason::HumanIntervention(Intervention::BlastRadius),
+        detail: Some(detail),
+    }
+}
+
+fn failed(e: impl std::fmt::Display) -> NodeRun {
+    NodeRun::fail(Failure::Git(e.to_string()))
+}
+
+impl NodeSpec for GitCommitNode {
+    fn templates(&self) -> Vec<&Tmpl> {
+        self.message.iter().collect()
+    }
+
+    fn wants_baseline(&self) -> bool {
+        true
+    }
+
+    fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
+        let scope = ctx.scope();
+        let baseline = match scope.baseline {
+            Some(Ok(b)) => b,
+            Some(Err(why)) => return halt(format!("{}: {why}", scope.cwd.display())),
+            None => return failed("the tick took no baseline to compare against"),
+        };
+        let radius = match Radius::new(scope.cwd, &ctx.config().allow, &ctx.config().deny) {
+            Ok(r) => r,
+            Err(e) => return NodeRun::fail(Failure::BlastRadius(e.to_string())),
+        };
+        match baseline {
+            Baseline::Branch { linked, base } => self.land(ctx, &radius, linked, base),
+            Baseline::TooLarge => {
+                ctx.warn(format!(
+                    "more than {} files in a project without git: the tick's changes were not checked against the blast radius",
+                    baseline::FILES_CAP
+                ));
+                NodeRun::Ok(NodeOutput::default())
+            }
+            other => {
+                // Worktrees off: the work stays where the agent made it; only the radius.
+                let changed = match other.changed_since(scope.cwd) {
+                    Ok(c) => c,
+                    Err(e) => return failed(e),
+                };
+                let refused: Vec<String> = changed
+                    .iter()
+                    .filter_map(|p| on_disk(&radius, p).err())
+                    .collect();
+                if refused.is_empty() {
+                    NodeRun::Ok(NodeOutput::default())
+                } else {
+                    halt(refused.join("; "))
+                }
+            }
+        }
+    }
+
+    fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
+        let m = self.message(ctx)?;
+        let cwd = ctx.scope().cwd.display();
+        Ok(Some(if ctx.config().worktree {
+            format!(
+                "would commit the tick's changes in {cwd} on loopflow/{} with message {m:?}, after checking each against the blast radius",
+                ctx.scope().loop_name
+            )
+        } else {
+            format!(
+                "would check every path the tick changes in {cwd} against the blast radius (worktrees off: nothing is committed)"
+            )
+        }))
+    }
+}
+
+impl GitCommitNode {
+    fn message(&self, ctx: &NodeCtx<'_>) -> Result<String, String> {
+        match &self.message {
+            Some(t) => ctx.render(&t.text),
+            None => ctx.render(DEFAULT_MESSAGE),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Worktree: stage everything, compare the staged tree with the tick's base, and
+    /// either make it one commit on the base or put the branch back on the base.
+    fn land(&self, ctx: &NodeCtx<'_>, radius: &Radius, linked: &Linked, base: &str) -> NodeRun {
+        // The worktree must still be the one the tick began in.
+        if let Err(why) = Linked::open(ctx.scope().project, &linked.work_tree, &linked.branch) {
+            return halt(format!("{}: {why}", linked.work_tree.display()));
+        }
+        // A nested repository makes `git add` fail (or record a gitlink): refused first.
+        let nested: Vec<String> = match linked.status_paths() {
+            Ok(p) => p
+                .iter()
+                .filter(|p| linked.work_tree.join(p).join(".git").exists())
+                .map(|p| format!("{}: is a nested git repository", p.display()))
+                .collect(),
+            Err(e) => return failed(e),
+        };
+        if !nested.is_empty() {
+            return halt(format!(
+                "{} (nothing was committed; the files are left in the worktree for review)",
+                nested.join("; ")
+            ));
+        }
+        let exclude = format!(":(exclude,top){}", crate::blast::OUTPUT_DIR);
+        if let Err(e) = linked.out(&["add", "-A", "--", ".", &exclude], "add") {
+            return failed(e);
+        }
+        let tree = match linked.out(&["write-tree"], "write-tree") {
+            Ok(t) => String::from_utf8_lossy(&t).trim().to_string(),
+            Err(e) => return failed(e),
+        };
+        let changes = match linked.diff(base, &tree) {
+            Ok(c) => c,
+            Err(e) => return failed(e),
+        };
+        let refused: Vec<String> = changes
+            .iter()
+            .filter_map(|c| in_tree(radius, linked, c).err())
+            .collect();
+        let head = linked.rev(&linked.branch);
+        if !refused.is_empty() {
+            // Branch and index back where the tick found them; the files stay for review.
+            let reset = linked.out(&["reset", "-q", "--mixed", base, "--"], "reset");
+            let mut detail = refused.join("; ");
+            match reset {
+                Ok(_) => detail.push_str(&format!(
+                    " (loopflow/{} is back at {}; the changes are left uncommitted in the worktree: `loopflow review`, then `loopflow discard` drops them)",
+                    ctx.scope().loop_name,
+                    short(base)
+                )),
+                Err(e) => detail.push_str(&format!(" (and resetting the branch failed: {e})")),
+            }
+            return halt(detail);
+        }
+        if changes.is_empty() && head.as_deref() == Some(base) {
+            return NodeRun::Ok(NodeOutput::default());
+        }
+        let mut message = match self.message(ctx) {
+            Ok(m) => m,
+            Err(e) => return NodeRun::fail(Failure::Template(e)),
+        };
+        if head.as_deref() != Some(base) {
+            let range = format!("{base}..{}", linked.branch);
+            if let Ok(log) = linked.out(&["log", "--format=- %s", "-n", "50", &range], "log")
+                && !log.is_empty()
+            {
+                message.push_str("\n\nThe agent's own commits, folded into this one:\n");
+                message.push_str(String::from_utf8_lossy(&log).trim_end());
+            }
+        }
+        let commit = linked.out(
+            &[
+                "-c",
+                "user.name=loopflow",
+                "-c",
+                "user.email=loopflow@localhost",
+                "commit-tree",
+                &tree,
+                "-p",
+                base,
+                "-m",
+                &message,
+            ],
+            "commit-tree",
+        );
+        let commit = match commit {
+            Ok(c) => String::from_utf8_lossy(&c).trim().to_string(),
+            Err(e) => return failed(e),
+        };
+        let old = head.unwrap_or_else(|| base.to_string());
+        if let Err(e) = linked.out(
+            &[
+                "update-ref",
+                "-m",
+                "loopflow git-commit",
+                &linked.branch,
+                &commit,
+                &old,
+            ],
+            "update-ref",
+        ) {
+            return failed(e);
+        }
+        NodeRun::Ok(NodeOutput {
+            exit_code: Some(0),
+            output: Some(format!("{commit} {}", message.lines().next().unwrap_or(""))),
+            ..Default::default()
+        })
+    }
+}
+
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+/// One path of the staged tree against the radius: the path, a symlink's target as
+/// committed (not as the disk has it now), and no nested repositories.
+fn in_tree(radius: &Radius, linked: &Linked, c: &Change) -> Result<(), String> {
+    let full = radius.root().join(&c.path);
+    let shown = c.path.display();
+    radius
+        .check(&full)
+        .map_err(|why| format!("{shown}: {why}"))?;
+    if c.mode == MODE_GITLINK {
+        return Err(format!("{shown}: is a nested git repository"));
+    }
+    if c.mode == MODE_SYMLINK {
+        let target = linked
+            .blob(&c.object, LINK_MAX + 1)
+            .map_err(|e| format!("{shown}: {e}"))?;
+        if target.len() > LINK_MAX {
+            return Err(format!(
+                "{shown}: symlink target longer than {LINK_MAX} bytes"
+            ));
+        }
+        let target = bytes_path(&target);
+        let at = full.parent().unwrap_or(radius.root()).join(target);
+        radius
+            .check(&at)
+            .map_err(|why| format!("{shown}: symlink target {why}"))?;
+    }
+    Ok(())
+}
+
+/// One path changed on disk (worktrees off) against the radius, symlinks where they point.
+fn on_disk(radius: &Radius, full: &Path) -> Result<(), String> {
+    let shown = full
+        .strip_prefix(radius.root())
+        .unwrap_or(full)
+        .display()
+        .to_string();
+    radius
+        .check(full)
+        .map_err(|why| format!("{shown}: {why}"))?;
+    if full.join(".git").exists() {
+        return Err(format!("{shown}: is a nested git repository"));
+    }
+    if std::fs::symlink_metadata(full).is_ok_and(|m| m.file_type().is_symlink())
+        && let Ok(t) = std::fs::read_link(full)
+    {
+        let at = full.parent().unwrap_or(radius.root()).join(t);
+        radius
+            .check(&at)
+            .map_err(|why| format!("{shown}: symlink target {why}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn bytes_path(b: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(b))
+}
+
+#[cfg(not(unix))]
+fn bytes_path(b: &[u8]) -> PathBuf {
+    PathBuf::from(String::from_utf8_lossy(b).into_owned())
+}
