@@ -10,6 +10,7 @@ mod color;
 mod contract;
 mod create_agent;
 mod daemon;
+mod daemon_wakes;
 mod dashboard;
 mod dogfood;
 mod drift;
