@@ -120,7 +120,7 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
         "notes": same_model.map(|m| vec![format!(
             "implement and verify both use model `{m}`: verification is not model-diverse"
         )]).unwrap_or_default(),
-        "running": paths.tick_running().unwrap_or(false),
+        "running": paths.tick_seen_running(),
     }))
 }
 

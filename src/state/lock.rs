@@ -120,4 +120,42 @@ impl LoopPaths {
         }
         Ok(self.try_lock_tick()?.is_none())
     }
+
+    /// Whether a tick is running, found without taking any lock, so a tick starting at
+    /// this very instant is never turned away as `locked` (what [`Self::tick_running`]
+    /// risks): for `status` and the dashboard, which only report it. A tick marks the
+    /// lock file `tick <pid>` right after taking the lock and clears it when it ends; the
+    /// mark counts while that process lives. A tick killed with `kill -9` leaves its
+    /// mark: its dead pid says it is not running (were the pid reused before the next
+    /// tick, `status` would say running until that tick clears the mark). Guards that
+    /// must be sure (`approve`) keep taking the lock.
+    pub fn tick_seen_running(&self) -> bool {
+        let Ok(text) = crate::fs_safe::head(&self.lock, 4096) else {
+            return false;
+        };
+        let pid = text.split(|b| *b == b'\n').find_map(|l| {
+            std::str::from_utf8(l.strip_prefix(b"tick ")?)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        });
+        pid.is_some_and(alive)
+    }
+}
+
+/// Whether process `pid` exists (signal 0 checks without sending; `EPERM`: it exists
+/// but is not ours).
+fn alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    #[cfg(unix)]
+    {
+        // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+        let r = unsafe { libc::kill(pid, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    true
 }

@@ -27,6 +27,7 @@ mod sarif;
 mod schedule;
 mod schedule_files;
 mod security;
+mod status_probe;
 mod support;
 mod tick;
 mod worktree;
