@@ -254,7 +254,9 @@ pub fn json(v: &impl serde::Serialize, pretty: bool) -> String {
     // Outside strings serde_json writes only ASCII punctuation, digits, letters and (when
     // pretty) newlines and spaces; inside them it already escapes `\n`. So a raw `\n` is
     // structure and every other flagged character sits in a string, where `\uXXXX` is valid.
-    if !text.chars().any(|c| is_unsafe(c) && c != '\n') {
+    // Printable ASCII (nearly every document) is checked a byte at a time.
+    let plain = |b: &u8| (0x20..0x7f).contains(b) || *b == b'\n';
+    if text.as_bytes().iter().all(plain) || !text.chars().any(|c| is_unsafe(c) && c != '\n') {
         return text;
     }
     let mut out = String::with_capacity(text.len() + 16);

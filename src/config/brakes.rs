@@ -65,11 +65,12 @@ pub(super) fn read(
     );
     let max_iterations = t.uint("max_iterations", diags);
     // A misspelt `max_iteration` is already reported as an unknown key that suggests it.
-    let misspelt = t
-        .table
-        .iter()
-        .any(|(k, _)| crate::diag::suggest(k.get_ref(), ["max_iterations"]).is_some());
-    if max_iterations.is_none() && t.get("max_iterations").is_none() && !misspelt {
+    let misspelt = || {
+        t.table
+            .iter()
+            .any(|(k, _)| crate::diag::suggest(k.get_ref(), ["max_iterations"]).is_some())
+    };
+    if max_iterations.is_none() && t.get("max_iterations").is_none() && !misspelt() {
         t.missing("max_iterations", "max_iterations = 10", diags);
     }
     let positive = |key: &str, diags: &mut Diagnostics| -> Option<f64> {

@@ -98,8 +98,34 @@ impl Preset {
 }
 
 /// Loads a preset by name. The embedded files are tested to be valid; problems in them
-/// would be reported against `presets/<name>.toml`.
+/// would be reported against `presets/<name>.toml`. Each is parsed once per process: a
+/// `status` of many loops naming one preset read its TOML again for every loop (a third
+/// of the command's CPU).
 pub fn load(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
+    type Cache = std::sync::Mutex<Vec<Preset>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(p) = cache
+        .lock()
+        .ok()
+        .and_then(|c| c.iter().find(|p| p.name == name).cloned())
+    {
+        return Some(p);
+    }
+    let mut own = Diagnostics::default();
+    let p = parse(name, &mut own);
+    // Only a clean parse is kept: one with problems reports them every time. (Presets
+    // carry no `# loopflow: ignore` comments, so a cached one loses none.)
+    if own.is_empty()
+        && let (Some(p), Ok(mut c)) = (&p, cache.lock())
+    {
+        c.push(p.clone());
+    }
+    diags.extend(own);
+    p
+}
+
+fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
     let (name, text) = PRESETS.iter().find(|(n, _)| *n == name)?;
     let file = format!("presets/{name}.toml (built in)");
     let source = Source::new(file.clone(), file, *text);

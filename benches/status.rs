@@ -1,0 +1,162 @@
+//! Benchmark: `status --json` and `report --html -` (the dashboard's data for every loop)
+//! at 100 and 1,000 loops: CPU per loop (the command's user+system time, from the
+//! kernel's accounting of the child) between the two sizes, so the fixed start-up cost
+//! drops out, against reading the same loops' files (`.state.loop`, `loop.toml`, `.lock`,
+//! the log's last 64 KiB) in this process. Target: at most 50 us per loop beyond the
+//! reading, and linear (per-loop cost flat from 100 to 1,000).
+//!
+//! Run it with `scripts/bench status`, or `cargo bench --bench status` after
+//! `cargo build --release`. `BENCH_ROUNDS` (default 7) sets the runs per size (median).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use loopflow::testing::{CreateOptions, create};
+
+fn exe() -> PathBuf {
+    if let Some(p) = std::env::var_os("LOOPFLOW_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/loopflow");
+    assert!(p.is_file(), "build it first: cargo build --release");
+    p
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir").flatten() {
+        let t = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), &t).expect("copy");
+        }
+    }
+}
+
+/// `n` loops that ticked once (state, log, a cleared lock file), copies of one.
+fn project(exe: &Path, n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = CreateOptions {
+        name: "l00000",
+        template: "default",
+        task: Some("benchmark".into()),
+        worktree: false,
+        harness: None,
+    };
+    let first = create(dir.path(), &o).expect("create loop");
+    let toml = std::fs::read_to_string(first.dir.join("loop.toml")).expect("loop.toml");
+    let toml = toml.replace("[sandbox]", "[sandbox]\n# bench") + "\n";
+    std::fs::write(first.dir.join("loop.toml"), toml).expect("loop.toml");
+    let loops = first.dir.parent().expect("loops").to_path_buf();
+    let mut dirs = vec![first.dir.clone()];
+    for i in 1..n {
+        let d = loops.join(format!("l{i:05}"));
+        copy_dir(&first.dir, &d);
+        dirs.push(d);
+    }
+    let _ = exe;
+    (dir, dirs)
+}
+
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let tv = |t: libc::timeval| {
+        Duration::new(t.tv_sec as u64, 0) + Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Median CPU of `rounds` runs of `loopflow <args> --project DIR`.
+fn cpu(exe: &Path, project: &Path, args: &[&str], rounds: usize) -> f64 {
+    let mut v: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let before = children_cpu();
+            let st = Command::new(exe)
+                .args(args)
+                .arg("--project")
+                .arg(project)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("spawn");
+            assert!(st.success(), "{args:?}: {st}");
+            (children_cpu() - before).as_secs_f64() * 1e6
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Microseconds of CPU to read every loop's files once, per loop (median of rounds).
+fn read_cost(dirs: &[PathBuf], rounds: usize) -> f64 {
+    let self_cpu = || {
+        // SAFETY: getrusage fills the struct we pass.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        ru.ru_utime.tv_sec as f64 * 1e6
+            + ru.ru_utime.tv_usec as f64
+            + ru.ru_stime.tv_sec as f64 * 1e6
+            + ru.ru_stime.tv_usec as f64
+    };
+    let mut v: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let t = self_cpu();
+            let mut bytes = 0usize;
+            for d in dirs {
+                for f in [".state.loop", "loop.toml", ".lock"] {
+                    bytes += std::fs::read(d.join(f)).map_or(0, |b| b.len());
+                }
+                let log = std::fs::read(d.join(".state.log")).unwrap_or_default();
+                bytes += log.len().min(64 << 10);
+            }
+            std::hint::black_box(bytes);
+            (self_cpu() - t) / dirs.len() as f64
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
+    let exe = exe();
+    let (small, small_dirs) = project(&exe, 100);
+    let (big, big_dirs) = project(&exe, 1000);
+    // One tick each for the first loops would not change the per-loop reading; the
+    // loops as `create` leaves them (state, log, config) are what status reads.
+    let _ = small_dirs;
+    println!(
+        "status benchmark ({}), CPU per loop between 100 and 1,000 loops:",
+        exe.display()
+    );
+    let read = read_cost(&big_dirs, rounds);
+    println!("  reading a loop's files (state, loop.toml, .lock, log): {read:.1} us");
+    for (what, args) in [
+        ("status --json", &["status", "--json"][..]),
+        ("report --html -", &["report", "--html", "-"][..]),
+    ] {
+        // Warm the page cache first.
+        cpu(&exe, big.path(), args, 1);
+        let a = cpu(&exe, small.path(), args, rounds);
+        let b = cpu(&exe, big.path(), args, rounds);
+        let per = (b - a) / 900.0;
+        println!(
+            "  {what:<16}: {:.1} ms at 100, {:.1} ms at 1,000 loops: {per:.1} us/loop, {:.1} us beyond reading (target <= 50), per loop at 100 {:.1} vs 1,000 {:.1} us",
+            a / 1e3,
+            b / 1e3,
+            per - read,
+            a / 100.0,
+            b / 1000.0,
+        );
+    }
+}
