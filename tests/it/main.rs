@@ -15,6 +15,7 @@ mod dogfood;
 mod drift;
 mod exec;
 mod halts;
+mod harness_limits;
 mod isolation;
 mod notify;
 mod programs;
