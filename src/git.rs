@@ -81,12 +81,12 @@ pub fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, GitError> {
 
 /// A path as git prints it with `-z`: bytes, not necessarily UTF-8.
 #[cfg(unix)]
-fn path_of(b: &[u8]) -> PathBuf {
+pub fn path_of(b: &[u8]) -> PathBuf {
     PathBuf::from(OsString::from_vec(b.to_vec()))
 }
 
 #[cfg(not(unix))]
-fn path_of(b: &[u8]) -> PathBuf {
+pub fn path_of(b: &[u8]) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(b).into_owned())
 }
 

@@ -144,7 +144,7 @@ impl Baseline {
                     out.extend(
                         raw.split(|b| *b == 0)
                             .filter(|f| !f.is_empty())
-                            .map(|f| top.join(bytes_path(f))),
+                            .map(|f| top.join(crate::git::path_of(f))),
                     );
                 }
                 out.sort();
@@ -185,7 +185,7 @@ fn toplevel(cwd: &Path) -> Option<PathBuf> {
         return None;
     }
     let b = o.stdout.strip_suffix(b"\n").unwrap_or(&o.stdout);
-    Some(bytes_path(b))
+    Some(crate::git::path_of(b))
 }
 
 fn rev(top: &Path, r: &str) -> Option<String> {
@@ -193,17 +193,6 @@ fn rev(top: &Path, r: &str) -> Option<String> {
     let s = String::from_utf8(o.stdout).ok()?;
     let s = s.trim();
     (o.status.success() && !s.is_empty()).then(|| s.to_string())
-}
-
-#[cfg(unix)]
-fn bytes_path(b: &[u8]) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
-    PathBuf::from(std::ffi::OsStr::from_bytes(b))
-}
-
-#[cfg(not(unix))]
-fn bytes_path(b: &[u8]) -> PathBuf {
-    PathBuf::from(String::from_utf8_lossy(b).into_owned())
 }
 
 /// Every entry under `root` but [`SKIPPED`] ones at its top, stamped; `None` past

@@ -9,7 +9,7 @@
 
 mod baseline;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub use baseline::Baseline;
 
@@ -273,7 +273,7 @@ fn in_tree(radius: &Radius, linked: &Linked, c: &Change) -> Result<(), String> {
                 "{shown}: symlink target longer than {LINK_MAX} bytes"
             ));
         }
-        let target = bytes_path(&target);
+        let target = crate::git::path_of(&target);
         let at = full.parent().unwrap_or(radius.root()).join(target);
         radius
             .check(&at)
@@ -304,15 +304,4 @@ fn on_disk(radius: &Radius, full: &Path) -> Result<(), String> {
             .map_err(|why| format!("{shown}: symlink target {why}"))?;
     }
     Ok(())
-}
-
-#[cfg(unix)]
-fn bytes_path(b: &[u8]) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
-    PathBuf::from(std::ffi::OsStr::from_bytes(b))
-}
-
-#[cfg(not(unix))]
-fn bytes_path(b: &[u8]) -> PathBuf {
-    PathBuf::from(String::from_utf8_lossy(b).into_owned())
 }
