@@ -155,9 +155,13 @@ pub fn write_owned(path: &Path, bytes: &[u8]) -> io::Result<()> {
     create_owned(path)?.write_all(bytes)
 }
 
+/// The temp files of [`write_atomic`] begin with this, then the writer's pid and a dot:
+/// a tick can tell the leftovers of a killed writer from a write in progress.
+pub const TEMP_PREFIX: &str = ".state.tmp";
+
 pub fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut tmp = tempfile::Builder::new()
-        .prefix(".state.tmp")
+        .prefix(&format!("{TEMP_PREFIX}.{}.", std::process::id()))
         .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;

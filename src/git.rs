@@ -20,6 +20,34 @@ pub enum GitError {
     Unexpected { what: String, output: String },
 }
 
+/// Why a loop's worktree is not (any more) the linked worktree it was made as: each is a
+/// reason `git-commit` refuses to commit there.
+#[derive(Debug, thiserror::Error)]
+pub enum WorktreeError {
+    #[error("the worktree is a symlink; refusing to commit where it points")]
+    Symlink,
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: no linked worktrees ({source})", common.display())]
+    NoWorktrees {
+        common: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is not a worktree of the repository at {}", work_tree.display(), common.display())]
+    NotLinked { work_tree: PathBuf, common: PathBuf },
+    #[error("{}/.git no longer points at {}", work_tree.display(), admin.display())]
+    Repointed { work_tree: PathBuf, admin: PathBuf },
+    #[error("HEAD is {head}, not {branch}")]
+    WrongBranch { head: String, branch: String },
+}
+
 /// Lets command-line code that reports errors as text use `?` on git calls.
 impl From<GitError> for String {
     fn from(e: GitError) -> String {
@@ -81,12 +109,12 @@ pub fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, GitError> {
 
 /// A path as git prints it with `-z`: bytes, not necessarily UTF-8.
 #[cfg(unix)]
-fn path_of(b: &[u8]) -> PathBuf {
+pub fn path_of(b: &[u8]) -> PathBuf {
     PathBuf::from(OsString::from_vec(b.to_vec()))
 }
 
 #[cfg(not(unix))]
-fn path_of(b: &[u8]) -> PathBuf {
+pub fn path_of(b: &[u8]) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(b).into_owned())
 }
 
@@ -179,9 +207,10 @@ impl Linked {
     /// Finds `work_tree`'s administrative directory in `project`'s repository and checks
     /// that the worktree still is what it was made: a real directory whose `.git` file
     /// names that directory, on `branch`.
-    pub fn open(project: &Path, work_tree: &Path, branch: &str) -> Result<Linked, String> {
+    pub fn open(project: &Path, work_tree: &Path, branch: &str) -> Result<Linked, WorktreeError> {
+        let io = |path: PathBuf| move |source| WorktreeError::Io { path, source };
         if std::fs::symlink_metadata(work_tree).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err("the worktree is a symlink; refusing to commit where it points".into());
+            return Err(WorktreeError::Symlink);
         }
         let common = ok(
             git(
@@ -193,9 +222,12 @@ impl Linked {
         let common = path_of(trim_newline(&common));
         let me = std::fs::canonicalize(work_tree.join(".git"))
             .or_else(|_| std::fs::canonicalize(work_tree).map(|w| w.join(".git")))
-            .map_err(|e| format!("{}: {e}", work_tree.display()))?;
+            .map_err(io(work_tree.to_path_buf()))?;
         let admin = std::fs::read_dir(common.join("worktrees"))
-            .map_err(|e| format!("{}: no linked worktrees ({e})", common.display()))?
+            .map_err(|source| WorktreeError::NoWorktrees {
+                common: common.clone(),
+                source,
+            })?
             .flatten()
             .map(|e| e.path())
             .find(|d| {
@@ -205,35 +237,31 @@ impl Linked {
                     .and_then(|p| std::fs::canonicalize(p).ok())
                     .is_some_and(|p| p == me)
             })
-            .ok_or_else(|| {
-                format!(
-                    "{} is not a worktree of the repository at {}",
-                    work_tree.display(),
-                    common.display()
-                )
+            .ok_or_else(|| WorktreeError::NotLinked {
+                work_tree: work_tree.to_path_buf(),
+                common: common.clone(),
             })?;
         // The `.git` file in the worktree is the agent's to write: it must still point here.
         let dotgit = crate::fs_safe::head(&work_tree.join(".git"), 4096)
-            .map_err(|e| format!("{}/.git: {e}", work_tree.display()))?;
+            .map_err(io(work_tree.join(".git")))?;
         let named = trim_newline(&dotgit)
             .strip_prefix(b"gitdir: ")
             .map(path_of)
             .and_then(|p| std::fs::canonicalize(p).ok());
         if named != std::fs::canonicalize(&admin).ok() {
-            return Err(format!(
-                "{}/.git no longer points at {}",
-                work_tree.display(),
-                admin.display()
-            ));
+            return Err(WorktreeError::Repointed {
+                work_tree: work_tree.to_path_buf(),
+                admin,
+            });
         }
-        let head = crate::fs_safe::head(&admin.join("HEAD"), 4096)
-            .map_err(|e| format!("{}: {e}", admin.join("HEAD").display()))?;
+        let head =
+            crate::fs_safe::head(&admin.join("HEAD"), 4096).map_err(io(admin.join("HEAD")))?;
         let want = format!("ref: {branch}");
         if trim_newline(&head) != want.as_bytes() {
-            return Err(format!(
-                "HEAD is {}, not {branch}",
-                String::from_utf8_lossy(trim_newline(&head))
-            ));
+            return Err(WorktreeError::WrongBranch {
+                head: String::from_utf8_lossy(trim_newline(&head)).into_owned(),
+                branch: branch.to_string(),
+            });
         }
         Ok(Linked {
             git_dir: admin,

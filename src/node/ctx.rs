@@ -42,7 +42,7 @@ pub struct TickScope<'a> {
     pub cache_dir: &'a Path,
     /// What the tree looked like before the first node, when a node asked
     /// ([`super::NodeSpec::wants_baseline`]); `Err` says why it could not be taken.
-    pub baseline: Option<&'a Result<super::git_commit::Baseline, String>>,
+    pub baseline: Option<&'a Result<super::git_commit::Baseline, super::git_commit::BaselineError>>,
     pub config: &'a LoopConfig,
     /// The state as it was when the tick started.
     pub state: &'a State,

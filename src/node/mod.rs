@@ -16,7 +16,7 @@ use crate::verdict::Verdict;
 mod command;
 mod commit;
 pub use commit::spend_of;
-pub use git_commit::Baseline;
+pub use git_commit::{Baseline, BaselineError};
 mod ctx;
 pub mod floor_check;
 mod gate;

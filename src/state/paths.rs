@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::log::{self, Event, LogArg};
 use super::{State, StateError, io_err, load, save};
+use crate::fs_safe::TEMP_PREFIX;
 
 /// A loop name that is not `^[a-z0-9][a-z0-9_-]{0,63}$` (a usage error, exit 2).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -171,24 +172,34 @@ impl LoopPaths {
     }
 
     /// Removes the `.state.tmp*` files a killed atomic write left in the loop directory
-    /// (called at the start of a tick, under the tick lock). Only files older than a
-    /// minute: a write in progress — `halt`, `schedule install` beside the tick — is
-    /// never pulled from under its rename. Best effort; returns how many went.
+    /// (called at the start of a tick, under the tick lock): those whose writer (the pid
+    /// in the name) is gone, and any older than a minute. A write in progress — `halt`,
+    /// `schedule install` beside the tick — is never pulled from under its rename: its
+    /// writer is alive and its file young. Best effort; returns how many went.
     pub fn remove_stale_temps(&self) -> usize {
-        const PREFIX: &str = ".state.tmp";
         let old = std::time::Duration::from_secs(60);
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return 0;
         };
         rd.flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with(PREFIX))
             .filter(|e| {
+                let name = e.file_name();
+                let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else {
+                    return false;
+                };
                 // Not followed: a symlink is never a temp file of ours.
-                e.metadata().is_ok_and(|m| {
-                    m.is_file()
-                        && m.modified()
-                            .is_ok_and(|t| t.elapsed().is_ok_and(|a| a >= old))
-                })
+                let Ok(m) = e.metadata() else { return false };
+                if !m.is_file() {
+                    return false;
+                }
+                let writer_gone = rest
+                    .strip_prefix('.')
+                    .and_then(|r| r.split_once('.'))
+                    .and_then(|(pid, _)| pid.parse::<u32>().ok())
+                    .is_some_and(|pid| !alive(pid));
+                writer_gone
+                    || m.modified()
+                        .is_ok_and(|t| t.elapsed().is_ok_and(|a| a >= old))
             })
             .filter(|e| std::fs::remove_file(e.path()).is_ok())
             .count()
@@ -203,5 +214,27 @@ impl LoopPaths {
             l.push(line);
         }
         Ok(())
+    }
+}
+
+/// Whether a process with this pid exists (a pid we may not signal exists too). Where
+/// that cannot be asked, every writer counts as alive and only age removes its file.
+fn alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return true;
+        };
+        if pid <= 0 {
+            return true;
+        }
+        // SAFETY: signal 0 sends nothing; it only asks whether the pid exists.
+        let r = unsafe { libc::kill(pid, 0) };
+        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
     }
 }

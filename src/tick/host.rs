@@ -53,7 +53,7 @@ pub(super) struct Tick<'a> {
     pub task: Option<String>,
     pub cache_dir: PathBuf,
     /// The tree before the first node, when a node compares against it (`git-commit`).
-    pub baseline: Option<Result<crate::node::Baseline, String>>,
+    pub baseline: Option<Result<crate::node::Baseline, crate::node::BaselineError>>,
     /// What the nodes that ended so far produced, for the brakes between nodes.
     pub settled: Mutex<Vec<NodeOutput>>,
 }

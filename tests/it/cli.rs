@@ -701,6 +701,25 @@ fn a_tick_removes_temp_files_of_killed_writes() {
     assert!(fresh.exists());
 }
 
+/// A write killed an instant before the next tick leaves a young temp file: its writer's
+/// pid (in the name) is gone, so the tick removes it at once; a young one whose writer
+/// lives (a `halt` writing beside the tick) stays.
+#[test]
+fn a_tick_removes_a_young_temp_file_whose_writer_is_dead() {
+    let p = agent_project(&[HALF], "");
+    let dir = p.loop_dir("l");
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = gone.id();
+    gone.wait().unwrap();
+    let orphan = dir.join(format!(".state.tmp.{dead_pid}.Ab3dEf"));
+    let live = dir.join(format!(".state.tmp.{}.Xy9zQw", std::process::id()));
+    std::fs::write(&orphan, "{\"half\":").unwrap();
+    std::fs::write(&live, "{\"half\":").unwrap();
+    p.run_json("l", &[]);
+    assert!(!orphan.exists(), "a dead writer's temp file stays");
+    assert!(live.exists(), "a live writer's temp file was pulled away");
+}
+
 // ---- the demo's next steps work as printed -----------------------------------------------
 
 #[test]

@@ -16,6 +16,7 @@ mod dogfood;
 mod drift;
 mod exec;
 mod halts;
+mod harness_limits;
 mod isolation;
 mod notify;
 mod programs;

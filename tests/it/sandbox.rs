@@ -405,7 +405,11 @@ exit 0"#
         seed ^= seed << 17;
         seed % n
     };
-    let rounds = 120;
+    // LOOPFLOW_TEST_KILL_ROUNDS=2000 for the issue's long measurement; 120 in every run.
+    let rounds: u64 = std::env::var("LOOPFLOW_TEST_KILL_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(120);
     let mut killed = 0;
     for round in 0..rounds {
         p.write("delay", &format!("0.0{}", rand(6)));

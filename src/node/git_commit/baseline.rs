@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::git::{Linked, changed_paths, git, ok};
+use crate::git::{GitError, Linked, WorktreeError, changed_paths, git, ok};
 
 /// The most files stamped in a project without git; past it the tick says so and checks
 /// nothing rather than walk a huge tree twice per tick.
@@ -75,6 +75,19 @@ pub enum Baseline {
     TooLarge,
 }
 
+/// Why the tick's changes cannot be told apart from what was there before it.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    #[error(transparent)]
+    Worktree(#[from] WorktreeError),
+    #[error("{0} names no commit")]
+    NoBase(String),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("more than {FILES_CAP} files under {}: the tick's changes were not checked", .0.display())]
+    TooMany(PathBuf),
+}
+
 impl Baseline {
     /// Taken before the first node. `Err` says why the tick's changes cannot be told
     /// apart (a worktree that is not the loop's own any more, say): `git-commit` halts.
@@ -83,19 +96,18 @@ impl Baseline {
         project: &Path,
         cwd: &Path,
         name: &str,
-    ) -> Result<Baseline, String> {
+    ) -> Result<Baseline, BaselineError> {
         if worktree {
             let linked = Linked::open(project, cwd, &branch(name))?;
             let base = linked
                 .rev(&linked.branch)
-                .ok_or_else(|| format!("{} names no commit", linked.branch))?;
+                .ok_or_else(|| BaselineError::NoBase(linked.branch.clone()))?;
             return Ok(Baseline::Branch { linked, base });
         }
         match toplevel(cwd) {
             Some(top) => {
                 let head = rev(&top, "HEAD");
-                let dirty = changed_paths(&top)
-                    .map_err(|e| e.to_string())?
+                let dirty = changed_paths(&top)?
                     .into_iter()
                     .map(|p| {
                         let s = Stamp::of(&top.join(&p));
@@ -109,11 +121,11 @@ impl Baseline {
     }
 
     /// With worktrees off: every path (absolute) the tick changed, created or deleted.
-    pub fn changed_since(&self, cwd: &Path) -> Result<Vec<PathBuf>, String> {
+    pub fn changed_since(&self, cwd: &Path) -> Result<Vec<PathBuf>, BaselineError> {
         match self {
             Baseline::Branch { .. } | Baseline::TooLarge => Ok(Vec::new()),
             Baseline::Checkout { top, head, dirty } => {
-                let now = changed_paths(top).map_err(|e| e.to_string())?;
+                let now = changed_paths(top)?;
                 let mut out: Vec<PathBuf> = Vec::new();
                 for p in &now {
                     let full = top.join(p);
@@ -136,15 +148,13 @@ impl Baseline {
                         git(
                             top,
                             &["diff", "--name-only", "-z", "--no-renames", h, "HEAD"],
-                        )
-                        .map_err(|e| e.to_string())?,
+                        )?,
                         "diff",
-                    )
-                    .map_err(|e| e.to_string())?;
+                    )?;
                     out.extend(
                         raw.split(|b| *b == 0)
                             .filter(|f| !f.is_empty())
-                            .map(|f| top.join(bytes_path(f))),
+                            .map(|f| top.join(crate::git::path_of(f))),
                     );
                 }
                 out.sort();
@@ -153,10 +163,7 @@ impl Baseline {
             }
             Baseline::Files(before) => {
                 let Some(now) = walk(cwd) else {
-                    return Err(format!(
-                        "more than {FILES_CAP} files under {}: the tick's changes were not checked",
-                        cwd.display()
-                    ));
+                    return Err(BaselineError::TooMany(cwd.to_path_buf()));
                 };
                 let mut out: Vec<PathBuf> = now
                     .iter()
@@ -185,7 +192,7 @@ fn toplevel(cwd: &Path) -> Option<PathBuf> {
         return None;
     }
     let b = o.stdout.strip_suffix(b"\n").unwrap_or(&o.stdout);
-    Some(bytes_path(b))
+    Some(crate::git::path_of(b))
 }
 
 fn rev(top: &Path, r: &str) -> Option<String> {
@@ -193,17 +200,6 @@ fn rev(top: &Path, r: &str) -> Option<String> {
     let s = String::from_utf8(o.stdout).ok()?;
     let s = s.trim();
     (o.status.success() && !s.is_empty()).then(|| s.to_string())
-}
-
-#[cfg(unix)]
-fn bytes_path(b: &[u8]) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
-    PathBuf::from(std::ffi::OsStr::from_bytes(b))
-}
-
-#[cfg(not(unix))]
-fn bytes_path(b: &[u8]) -> PathBuf {
-    PathBuf::from(String::from_utf8_lossy(b).into_owned())
 }
 
 /// Every entry under `root` but [`SKIPPED`] ones at its top, stamped; `None` past

@@ -9,13 +9,13 @@
 
 mod baseline;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-pub use baseline::Baseline;
+pub use baseline::{Baseline, BaselineError};
 
-use crate::blast::Radius;
+use crate::blast::{Radius, Refusal};
 use crate::diag::Diagnostics;
-use crate::git::{Change, Linked, MODE_GITLINK, MODE_SYMLINK};
+use crate::git::{Change, GitError, Linked, MODE_GITLINK, MODE_SYMLINK};
 use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
 use crate::reason::{Failure, HaltReason, Intervention};
 use crate::template::Tmpl;
@@ -101,14 +101,14 @@ impl NodeSpec for GitCommitNode {
                     Ok(c) => c,
                     Err(e) => return failed(e),
                 };
-                let refused: Vec<String> = changed
+                let refused: Vec<Refused> = changed
                     .iter()
                     .filter_map(|p| on_disk(&radius, p).err())
                     .collect();
                 if refused.is_empty() {
                     NodeRun::Ok(NodeOutput::default())
                 } else {
-                    halt(refused.join("; "))
+                    halt(joined(&refused))
                 }
             }
         }
@@ -147,18 +147,20 @@ impl GitCommitNode {
             return halt(format!("{}: {why}", linked.work_tree.display()));
         }
         // A nested repository makes `git add` fail (or record a gitlink): refused first.
-        let nested: Vec<String> = match linked.status_paths() {
+        let nested: Vec<Refused> = match linked.status_paths() {
             Ok(p) => p
                 .iter()
                 .filter(|p| linked.work_tree.join(p).join(".git").exists())
-                .map(|p| format!("{}: is a nested git repository", p.display()))
+                .map(|p| Refused::Nested {
+                    path: p.display().to_string(),
+                })
                 .collect(),
             Err(e) => return failed(e),
         };
         if !nested.is_empty() {
             return halt(format!(
                 "{} (nothing was committed; the files are left in the worktree for review)",
-                nested.join("; ")
+                joined(&nested)
             ));
         }
         let exclude = format!(":(exclude,top){}", crate::blast::OUTPUT_DIR);
@@ -173,7 +175,7 @@ impl GitCommitNode {
             Ok(c) => c,
             Err(e) => return failed(e),
         };
-        let refused: Vec<String> = changes
+        let refused: Vec<Refused> = changes
             .iter()
             .filter_map(|c| in_tree(radius, linked, c).err())
             .collect();
@@ -181,7 +183,7 @@ impl GitCommitNode {
         if !refused.is_empty() {
             // Branch and index back where the tick found them; the files stay for review.
             let reset = linked.out(&["reset", "-q", "--mixed", base, "--"], "reset");
-            let mut detail = refused.join("; ");
+            let mut detail = joined(&refused);
             match reset {
                 Ok(_) => detail.push_str(&format!(
                     " (loopflow/{} is back at {}; the changes are left uncommitted in the worktree: `loopflow review`, then `loopflow discard` drops them)",
@@ -253,47 +255,71 @@ fn short(sha: &str) -> &str {
     sha.get(..12).unwrap_or(sha)
 }
 
+/// Why one changed path may not land; its `Display` is the path and the reason, as the
+/// halt's detail lists them.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("{path}: {why}")]
+    Radius { path: String, why: Refusal },
+    #[error("{path}: is a nested git repository")]
+    Nested { path: String },
+    #[error("{path}: symlink target longer than {LINK_MAX} bytes")]
+    LongLink { path: String },
+    #[error("{path}: symlink target {why}")]
+    LinkTarget { path: String, why: Refusal },
+    #[error("{path}: {source}")]
+    Unreadable { path: String, source: GitError },
+}
+
+fn joined(refused: &[Refused]) -> String {
+    let lines: Vec<String> = refused.iter().map(ToString::to_string).collect();
+    lines.join("; ")
+}
+
 /// One path of the staged tree against the radius: the path, a symlink's target as
 /// committed (not as the disk has it now), and no nested repositories.
-fn in_tree(radius: &Radius, linked: &Linked, c: &Change) -> Result<(), String> {
+fn in_tree(radius: &Radius, linked: &Linked, c: &Change) -> Result<(), Refused> {
     let full = radius.root().join(&c.path);
-    let shown = c.path.display();
+    let path = || c.path.display().to_string();
     radius
         .check(&full)
-        .map_err(|why| format!("{shown}: {why}"))?;
+        .map_err(|why| Refused::Radius { path: path(), why })?;
     if c.mode == MODE_GITLINK {
-        return Err(format!("{shown}: is a nested git repository"));
+        return Err(Refused::Nested { path: path() });
     }
     if c.mode == MODE_SYMLINK {
-        let target = linked
-            .blob(&c.object, LINK_MAX + 1)
-            .map_err(|e| format!("{shown}: {e}"))?;
+        let target =
+            linked
+                .blob(&c.object, LINK_MAX + 1)
+                .map_err(|source| Refused::Unreadable {
+                    path: path(),
+                    source,
+                })?;
         if target.len() > LINK_MAX {
-            return Err(format!(
-                "{shown}: symlink target longer than {LINK_MAX} bytes"
-            ));
+            return Err(Refused::LongLink { path: path() });
         }
-        let target = bytes_path(&target);
+        let target = crate::git::path_of(&target);
         let at = full.parent().unwrap_or(radius.root()).join(target);
         radius
             .check(&at)
-            .map_err(|why| format!("{shown}: symlink target {why}"))?;
+            .map_err(|why| Refused::LinkTarget { path: path(), why })?;
     }
     Ok(())
 }
 
 /// One path changed on disk (worktrees off) against the radius, symlinks where they point.
-fn on_disk(radius: &Radius, full: &Path) -> Result<(), String> {
-    let shown = full
-        .strip_prefix(radius.root())
-        .unwrap_or(full)
-        .display()
-        .to_string();
+fn on_disk(radius: &Radius, full: &Path) -> Result<(), Refused> {
+    let path = || {
+        full.strip_prefix(radius.root())
+            .unwrap_or(full)
+            .display()
+            .to_string()
+    };
     radius
         .check(full)
-        .map_err(|why| format!("{shown}: {why}"))?;
+        .map_err(|why| Refused::Radius { path: path(), why })?;
     if full.join(".git").exists() {
-        return Err(format!("{shown}: is a nested git repository"));
+        return Err(Refused::Nested { path: path() });
     }
     if std::fs::symlink_metadata(full).is_ok_and(|m| m.file_type().is_symlink())
         && let Ok(t) = std::fs::read_link(full)
@@ -301,18 +327,7 @@ fn on_disk(radius: &Radius, full: &Path) -> Result<(), String> {
         let at = full.parent().unwrap_or(radius.root()).join(t);
         radius
             .check(&at)
-            .map_err(|why| format!("{shown}: symlink target {why}"))?;
+            .map_err(|why| Refused::LinkTarget { path: path(), why })?;
     }
     Ok(())
-}
-
-#[cfg(unix)]
-fn bytes_path(b: &[u8]) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt;
-    PathBuf::from(std::ffi::OsStr::from_bytes(b))
-}
-
-#[cfg(not(unix))]
-fn bytes_path(b: &[u8]) -> PathBuf {
-    PathBuf::from(String::from_utf8_lossy(b).into_owned())
 }
