@@ -16,7 +16,8 @@ use crate::template::Tmpl;
 /// A loop whose files read and check clean.
 pub struct Loaded {
     pub config: LoopConfig,
-    pub pipeline: Pipeline,
+    /// Shared: the built-in tick is parsed once per process.
+    pub pipeline: std::sync::Arc<Pipeline>,
     /// The pipeline file, when it is not the built-in tick.
     pub pipeline_path: Option<PathBuf>,
     /// A digest of each file as this load read it (loop.toml, the pipeline file, the
@@ -42,7 +43,7 @@ pub enum LoadError {
 /// has a DAG, else the draft (so its roles can still be checked), else nothing (the file
 /// cannot be read).
 enum PipelineRead {
-    Valid(Box<Pipeline>),
+    Valid(std::sync::Arc<Pipeline>),
     Invalid(Box<Draft>),
     Unreadable,
 }
@@ -59,7 +60,7 @@ fn read_pipeline(
     let (path, key) = match (arg, &cfg.pipeline) {
         (Some(p), _) => (p.to_path_buf(), None),
         (None, Some((p, lit))) => (p.clone(), Some(lit)),
-        (None, None) => return PipelineRead::Valid(Box::new(Pipeline::builtin())),
+        (None, None) => return PipelineRead::Valid(Pipeline::builtin_shared()),
     };
     let src = match Source::read(&path, base) {
         Ok(s) => s,
@@ -87,7 +88,7 @@ fn read_pipeline(
         }
     };
     match Draft::parse(&src, diags).validate(diags) {
-        Ok(p) => PipelineRead::Valid(Box::new(p)),
+        Ok(p) => PipelineRead::Valid(std::sync::Arc::new(p)),
         Err(d) => PipelineRead::Invalid(d),
     }
 }
@@ -128,7 +129,7 @@ pub fn load(
                 &mut diags,
                 &mut prompts,
             );
-            Some(*p)
+            Some(p)
         }
         PipelineRead::Invalid(d) => {
             cross_check(&config, &d.view(), &d.source.name, base, &mut diags);

@@ -79,6 +79,15 @@ impl Pipeline {
         }
     }
 
+    /// [`Pipeline::builtin`], parsed once per process and shared: `status`, `report` and
+    /// the dashboard load every loop, and most run the built-in tick.
+    pub fn builtin_shared() -> std::sync::Arc<Pipeline> {
+        static BUILTIN: std::sync::OnceLock<std::sync::Arc<Pipeline>> = std::sync::OnceLock::new();
+        BUILTIN
+            .get_or_init(|| std::sync::Arc::new(Pipeline::builtin()))
+            .clone()
+    }
+
     pub fn node(&self, id: &str) -> Option<&Node> {
         self.index.get(id).map(|&i| &self.nodes[i])
     }
