@@ -46,7 +46,15 @@ pub(super) enum NoRow {
 
 /// [`status_row`] for the dashboard and the report, which show a loop without a row
 /// from its own files.
-pub(super) fn row_of(project: &Path, name: &str) -> Result<serde_json::Value, Option<String>> {
+/// With the state and configuration the caller already loaded, nothing is read again.
+pub(super) fn row_of(
+    project: &Path,
+    name: &str,
+    known: Option<(&crate::state::State, &LoopConfig)>,
+) -> Result<serde_json::Value, Option<String>> {
+    if let Some((s, c)) = known {
+        return Ok(row(&LoopPaths::new(project, name), s, Some(c), None));
+    }
     status_row(project, name).map_err(|e| match e {
         NoRow::Untracked => None,
         NoRow::Unreadable(e) => Some(e),
@@ -75,10 +83,19 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
             (None, Some(format!("{}: {source}", path.display())))
         }
     };
-    let max = cfg
-        .as_ref()
-        .map(|c| c.effective_max_iterations(s.extra_iterations));
-    let limits = cfg.as_ref().map(|c| {
+    Ok(row(&paths, &s, cfg.as_ref(), config_error))
+}
+
+/// The row from what was loaded: the state, the configuration (`None`: it does not
+/// load, `config_error` says why).
+fn row(
+    paths: &LoopPaths,
+    s: &crate::state::State,
+    cfg: Option<&LoopConfig>,
+    config_error: Option<String>,
+) -> serde_json::Value {
+    let max = cfg.map(|c| c.effective_max_iterations(s.extra_iterations));
+    let limits = cfg.map(|c| {
         json!({
             "usd": c.brakes.max_budget_usd,
             "tokens": c.brakes.max_tokens,
@@ -88,9 +105,7 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
     // D12: verification by the same model as the implementation is weaker; say so. With
     // a model missing on either side nothing is known: null, not a reassuring `true`.
     let model = |c: &LoopConfig, r: &str| c.roles.get(r).and_then(|r| r.model.clone());
-    let models = cfg
-        .as_ref()
-        .and_then(|c| Some((model(c, "implement")?, model(c, "verify")?)));
+    let models = cfg.and_then(|c| Some((model(c, "implement")?, model(c, "verify")?)));
     let model_diverse = models.as_ref().map(|(a, b)| a != b);
     let same_model = models.filter(|(a, b)| a == b).map(|(a, _)| a);
     // An aborting loop (ticks failing in a row, not yet halted) is not `ok`.
@@ -99,7 +114,7 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
         .flatten()
         .map(|e| json!({"at": e.at, "node": e.args.get("node"), "reason": e.args.get("reason")}));
     let task_source = s.task_source.clone();
-    Ok(json!({
+    json!({
         "name": s.name,
         "iteration_count": s.iteration_count,
         "max_iterations": max,
@@ -111,9 +126,9 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
         "last_score": s.score_history.last().copied().or(s.last_verdict.as_ref().map(|v| v.score)),
         "spent": s.spent,
         "limits": limits,
-        "goal_score": cfg.as_ref().map(|c| c.brakes.goal_score),
+        "goal_score": cfg.map(|c| c.brakes.goal_score),
         "model_diverse": model_diverse,
-        "sandbox": cfg.as_ref().map(|c| c.sandbox.mode.as_str()),
+        "sandbox": cfg.map(|c| c.sandbox.mode.as_str()),
         "config_error": config_error,
         "consecutive_aborts": s.consecutive_aborts,
         "last_abort": last_abort,
@@ -121,7 +136,7 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
             "implement and verify both use model `{m}`: verification is not model-diverse"
         )]).unwrap_or_default(),
         "running": paths.tick_seen_running(),
-    }))
+    })
 }
 
 pub fn status(project: &Path, a: StatusArgs) -> i32 {

@@ -18,7 +18,9 @@ use crate::state::{LoopPaths, State};
 /// module does not depend on the command line.
 /// A loop's `status --json` row, or why it has none: `Err(None)` not a loop yet (no
 /// state), `Err(Some(message))` a state that does not load, as `status` reports it.
-pub type RowFn = fn(&Path, &str) -> Result<Value, Option<String>>;
+/// Given the state and configuration already loaded, it reads nothing again.
+pub type RowFn =
+    fn(&Path, &str, Option<(&State, &crate::config::LoopConfig)>) -> Result<Value, Option<String>>;
 
 /// How much of a log the first scan reads: its newest 64 MiB. Older halts are not counted
 /// (the page says so), and a giant log cannot stall the page.
@@ -193,11 +195,15 @@ impl LoopView {
 }
 
 /// Why a loop's files do not load, in a sentence with what to do.
-fn broken(paths: &LoopPaths, state: &Result<State, String>, project: &Path) -> Option<String> {
+fn broken(
+    paths: &LoopPaths,
+    state: &Result<State, String>,
+    loaded: &Option<Result<crate::load::Loaded, crate::load::LoadError>>,
+) -> Option<String> {
     if let Err(e) = state {
         return Some(e.clone());
     }
-    match crate::load::load(paths, None, project) {
+    match loaded.as_ref()? {
         Ok(_) => None,
         Err(crate::load::LoadError::Config(d)) => Some(format!(
             "invalid configuration ({} error(s)){}; every tick exits 3 until it is fixed: run `loopflow check {}`",
@@ -237,8 +243,16 @@ pub fn view(
     };
     let mut scan = prev.map(|p| p.scan).unwrap_or_default();
     let new = scan.update(&paths.log);
+    // One load says whether the loop can tick and gives the status row its config.
+    let loaded = state
+        .is_ok()
+        .then(|| crate::load::load(&paths, None, project));
     let row = if paths.state.exists() {
-        row_fn(project, name)
+        let known = match (&state, &loaded) {
+            (Ok(s), Some(Ok(l))) => Some((s, &l.config)),
+            _ => None,
+        };
+        row_fn(project, name, known)
     } else {
         Err(None)
     };
@@ -246,7 +260,7 @@ pub fn view(
         name: name.to_string(),
         row: row.as_ref().ok().cloned(),
         row_error: row.err().flatten(),
-        broken: broken(&paths, &state, project),
+        broken: broken(&paths, &state, &loaded),
         state: state.ok(),
         scan,
     };
