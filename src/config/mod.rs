@@ -93,7 +93,7 @@ fn resolve(dir: &Path, p: &str) -> PathBuf {
 fn default_agent() -> &'static AgentKeys {
     static DEFAULT: std::sync::OnceLock<AgentKeys> = std::sync::OnceLock::new();
     DEFAULT.get_or_init(|| AgentKeys {
-        preset: crate::preset::load(DEFAULT_PRESET, &mut Diagnostics::default()),
+        preset: crate::preset::load_shared(DEFAULT_PRESET, &mut Diagnostics::default()),
         ..AgentKeys::default()
     })
 }

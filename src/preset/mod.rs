@@ -102,7 +102,12 @@ impl Preset {
 /// `status` of many loops naming one preset read its TOML again for every loop (a third
 /// of the command's CPU).
 pub fn load(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
-    type Cache = std::sync::Mutex<Vec<Preset>>;
+    load_shared(name, diags).map(|p| (*p).clone())
+}
+
+/// [`load`], shared rather than copied (a loop's config holds one per agent table).
+pub fn load_shared(name: &str, diags: &mut Diagnostics) -> Option<std::sync::Arc<Preset>> {
+    type Cache = std::sync::Mutex<Vec<std::sync::Arc<Preset>>>;
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(p) = cache
@@ -113,7 +118,7 @@ pub fn load(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
         return Some(p);
     }
     let mut own = Diagnostics::default();
-    let p = parse(name, &mut own);
+    let p = parse(name, &mut own).map(std::sync::Arc::new);
     // Only a clean parse is kept: one with problems reports them every time. (Presets
     // carry no `# loopflow: ignore` comments, so a cached one loses none.)
     if own.is_empty()
