@@ -182,7 +182,18 @@ pub fn branch(name: &str) -> String {
     format!("refs/heads/loopflow/{name}")
 }
 
+/// The repository `cwd` is in, if any. Without a `.git` anywhere above it git would find
+/// none either (loopflow never passes GIT_DIR on), so that case costs a few `lstat`s
+/// instead of a git process every tick; with one, git decides (ceilings, filesystem
+/// boundaries, bare repositories).
 fn toplevel(cwd: &Path) -> Option<PathBuf> {
+    let abs = std::path::absolute(cwd).ok()?;
+    if !abs
+        .ancestors()
+        .any(|d| std::fs::symlink_metadata(d.join(".git")).is_ok())
+    {
+        return None;
+    }
     let o = git(
         cwd,
         &["rev-parse", "--path-format=absolute", "--show-toplevel"],
