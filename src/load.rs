@@ -60,7 +60,12 @@ fn read_pipeline(
     let (path, key) = match (arg, &cfg.pipeline) {
         (Some(p), _) => (p.to_path_buf(), None),
         (None, Some((p, lit))) => (p.clone(), Some(lit)),
-        (None, None) => return PipelineRead::Valid(Pipeline::builtin_shared()),
+        (None, None) => {
+            return match Pipeline::builtin_shared(diags) {
+                Some(p) => PipelineRead::Valid(p),
+                None => PipelineRead::Unreadable,
+            };
+        }
     };
     let src = match Source::read(&path, base) {
         Ok(s) => s,

@@ -68,24 +68,31 @@ impl Pipeline {
         Draft::parse(source, diags).validate(diags).ok()
     }
 
-    /// Parses a pipeline whose source is trusted to be valid (the embedded default; a unit
-    /// test proves it clean).
-    pub fn builtin() -> Pipeline {
+    /// The embedded default tick. A unit test keeps it clean; were it ever not, its
+    /// diagnostics go to `diags` (naming the built-in file) and there is no pipeline.
+    pub fn builtin(diags: &mut Diagnostics) -> Option<Pipeline> {
         let source = crate::diag::Source::new(DEFAULT_TICK_NAME, DEFAULT_TICK_NAME, DEFAULT_TICK);
-        let mut diags = Diagnostics::default();
-        match Pipeline::load(&source, &mut diags) {
-            Some(p) if !diags.has_errors() => p,
-            _ => panic!("the built-in tick pipeline is invalid: {diags:?}"),
+        let mut own = Diagnostics::default();
+        let p = Pipeline::load(&source, &mut own).filter(|_| !own.has_errors());
+        if p.is_none() {
+            diags.extend(own);
         }
+        p
     }
 
     /// [`Pipeline::builtin`], parsed once per process and shared: `status`, `report` and
     /// the dashboard load every loop, and most run the built-in tick.
-    pub fn builtin_shared() -> std::sync::Arc<Pipeline> {
-        static BUILTIN: std::sync::OnceLock<std::sync::Arc<Pipeline>> = std::sync::OnceLock::new();
-        BUILTIN
-            .get_or_init(|| std::sync::Arc::new(Pipeline::builtin()))
-            .clone()
+    pub fn builtin_shared(diags: &mut Diagnostics) -> Option<std::sync::Arc<Pipeline>> {
+        static BUILTIN: std::sync::OnceLock<Option<std::sync::Arc<Pipeline>>> =
+            std::sync::OnceLock::new();
+        let p = BUILTIN
+            .get_or_init(|| Pipeline::builtin(&mut Diagnostics::default()).map(std::sync::Arc::new))
+            .clone();
+        if p.is_none() {
+            // Cached as broken: parse again so this caller gets the diagnostics.
+            let _ = Pipeline::builtin(diags);
+        }
+        p
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {
@@ -321,7 +328,7 @@ mod tests {
 
     #[test]
     fn prompts_warn_on_single_braces_only_for_known_variables() {
-        let p = Pipeline::builtin();
+        let p = Pipeline::builtin(&mut Diagnostics::default()).expect("the built-in tick is valid");
         let v = p.index["implement"];
         let src = Source::new(
             "p.md",
