@@ -14,75 +14,22 @@
 //! Run it with `scripts/bench daemon`, or `cargo bench --bench daemon` after
 //! `cargo build --release`. `BENCH_ROUNDS` (default 6) sets the rounds of part 1.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use loopflow::testing::{CreateOptions, create};
-
-const LOOP_TOML: &str = r#"[brakes]
-max_iterations = 1000000
-context_tokens = 32000
-score_plateau_window = 1000
-
-[harness]
-command = ["true"]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-command = ["echo", "{\"pass\": false, \"score\": 0.5}"]
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-[schedule]
-interval_seconds = 3600
-
-[worktree]
-enabled = false
-
-[sandbox]
-mode = "off"
-"#;
-
-fn exe() -> PathBuf {
-    if let Some(p) = std::env::var_os("LOOPFLOW_BIN") {
-        return PathBuf::from(p);
-    }
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/loopflow");
-    assert!(p.is_file(), "build it first: cargo build --release");
-    p
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("read_dir").flatten() {
-        let t = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_dir(&e.path(), &t);
-        } else {
-            std::fs::copy(e.path(), &t).expect("copy");
-        }
-    }
-}
+mod support;
 
 /// A project of `n` loops `l00000`…, copies of one made by `create`.
 fn project(n: usize) -> (tempfile::TempDir, Vec<String>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let o = CreateOptions {
-        name: "l00000",
-        template: "default",
-        task: Some("benchmark".into()),
-        worktree: false,
-        harness: None,
-    };
-    let first = create(dir.path(), &o).expect("create loop");
-    std::fs::write(first.dir.join("loop.toml"), LOOP_TOML).expect("loop.toml");
+    let first = support::new_loop(dir.path(), "l00000");
+    let toml = support::agent_loop_toml(1000, "off") + "\n[schedule]\ninterval_seconds = 3600\n";
+    std::fs::write(first.dir.join("loop.toml"), toml).expect("loop.toml");
     let loops = first.dir.parent().expect("loops dir").to_path_buf();
     let names: Vec<String> = (0..n).map(|i| format!("l{i:05}")).collect();
     for name in &names[1..] {
-        copy_dir(&first.dir, &loops.join(name));
+        support::copy_dir(&first.dir, &loops.join(name));
     }
     (dir, names)
 }
@@ -128,14 +75,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    if support::listing() {
         return;
     }
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(6);
-    let exe = exe();
+    let rounds = support::rounds(6);
+    let exe = support::loopflow_bin();
     println!("daemon benchmark ({})", exe.display());
 
     // 1. 100 loops: the daemon against the same ticks one by one.

@@ -9,18 +9,11 @@
 //! `BENCH_ROUNDS` (default 5) sets the runs per size.
 
 use std::fmt::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use loopflow::testing::{CreateOptions, create};
-
-fn binary() -> PathBuf {
-    std::env::var_os("LOOPFLOW_BIN").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/loopflow"),
-        PathBuf::from,
-    )
-}
+mod support;
 
 fn timed(cmd: &mut Command) -> Duration {
     let start = Instant::now();
@@ -39,22 +32,10 @@ fn timed(cmd: &mut Command) -> Duration {
     d
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 /// A loop whose pipeline is `n` nodes: a gate, a chain of floor-check nodes, a commit.
 fn chain_loop(n: usize) -> (tempfile::TempDir, PathBuf) {
     let project = tempfile::tempdir().expect("tempdir");
-    let o = CreateOptions {
-        name: "big",
-        template: "default",
-        task: Some("benchmark".into()),
-        worktree: false,
-        harness: None,
-    };
-    let paths = create(project.path(), &o).expect("create loop");
+    let paths = support::new_loop(project.path(), "big");
     let mut p = String::from("name = \"big\"\n\n[nodes.gate]\nkind = \"gate\"\n");
     let mut prev = "gate".to_string();
     for i in 0..n - 2 {
@@ -80,14 +61,11 @@ fn chain_loop(n: usize) -> (tempfile::TempDir, PathBuf) {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    if support::listing() {
         return;
     }
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    let exe = binary();
+    let rounds = support::rounds(5);
+    let exe = support::loopflow_bin();
     println!(
         "nodes benchmark: a tick of a chain of floor-check nodes against check of its pipeline"
     );
@@ -102,7 +80,7 @@ fn main() {
             ));
             check.push(timed(Command::new(&exe).arg("check").arg(&pipeline)));
         }
-        let (t, c) = (median(tick), median(check));
+        let (t, c) = (support::median(tick), support::median(check));
         println!(
             "  {n:>6} nodes: tick {:>8.1} ms ({:.1} µs/node), check {:>7.1} ms, tick/check {:.2}x",
             t.as_secs_f64() * 1e3,
@@ -113,14 +91,7 @@ fn main() {
     }
     // can-edit with 100,000 allow globs, each with a directory of its own.
     let project = tempfile::tempdir().expect("tempdir");
-    let o = CreateOptions {
-        name: "edit",
-        template: "default",
-        task: Some("benchmark".into()),
-        worktree: false,
-        harness: None,
-    };
-    let paths = create(project.path(), &o).expect("create loop");
+    let paths = support::new_loop(project.path(), "edit");
     let globs: Vec<String> = (0..100_000)
         .map(|i| format!("\"src/m{i}/**/*.rs\""))
         .collect();
@@ -156,7 +127,7 @@ fn main() {
         ));
         check.push(timed(Command::new(&exe).arg("check").arg(&config)));
     }
-    let (e, c) = (median(edit), median(check));
+    let (e, c) = (support::median(edit), support::median(check));
     println!(
         "  can-edit, 100,000 allow globs: {:.1} ms; check of that loop.toml {:.1} ms ({:.2}x)",
         e.as_secs_f64() * 1e3,

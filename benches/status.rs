@@ -12,51 +12,19 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use loopflow::testing::{CreateOptions, create};
+mod support;
 
-fn exe() -> PathBuf {
-    if let Some(p) = std::env::var_os("LOOPFLOW_BIN") {
-        return PathBuf::from(p);
-    }
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/loopflow");
-    assert!(p.is_file(), "build it first: cargo build --release");
-    p
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("read_dir").flatten() {
-        let t = to.join(e.file_name());
-        if e.file_type().expect("type").is_dir() {
-            copy_dir(&e.path(), &t);
-        } else {
-            std::fs::copy(e.path(), &t).expect("copy");
-        }
-    }
-}
-
-/// `n` loops that ticked once (state, log, a cleared lock file), copies of one.
-fn project(exe: &Path, n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
+/// `n` loops as `create` makes them (loop.toml, prompts, state, log), copies of one.
+fn project(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let o = CreateOptions {
-        name: "l00000",
-        template: "default",
-        task: Some("benchmark".into()),
-        worktree: false,
-        harness: None,
-    };
-    let first = create(dir.path(), &o).expect("create loop");
-    let toml = std::fs::read_to_string(first.dir.join("loop.toml")).expect("loop.toml");
-    let toml = toml.replace("[sandbox]", "[sandbox]\n# bench") + "\n";
-    std::fs::write(first.dir.join("loop.toml"), toml).expect("loop.toml");
+    let first = support::new_loop(dir.path(), "l00000");
     let loops = first.dir.parent().expect("loops").to_path_buf();
     let mut dirs = vec![first.dir.clone()];
     for i in 1..n {
         let d = loops.join(format!("l{i:05}"));
-        copy_dir(&first.dir, &d);
+        support::copy_dir(&first.dir, &d);
         dirs.push(d);
     }
-    let _ = exe;
     (dir, dirs)
 }
 
@@ -122,16 +90,13 @@ fn read_cost(dirs: &[PathBuf], rounds: usize) -> f64 {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    if support::listing() {
         return;
     }
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7);
-    let exe = exe();
-    let (small, small_dirs) = project(&exe, 100);
-    let (big, big_dirs) = project(&exe, 1000);
+    let rounds = support::rounds(7);
+    let exe = support::loopflow_bin();
+    let (small, small_dirs) = project(100);
+    let (big, big_dirs) = project(1000);
     // One tick each for the first loops would not change the per-loop reading; the
     // loops as `create` leaves them (state, log, config) are what status reads.
     let _ = small_dirs;

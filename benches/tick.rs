@@ -19,36 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use loopflow::testing::{CreateOptions, LoopPaths, create};
+use loopflow::testing::LoopPaths;
 
-const VERDICT: &str = r#"{"pass": false, "score": 0.5}"#;
-
-fn loop_toml(sandbox: &str) -> String {
-    format!(
-        r#"[brakes]
-max_iterations = 1000000
-context_tokens = 32000
-score_plateau_window = 50
-
-[harness]
-command = ["true"]
-
-[roles.implement]
-prompt = "prompts/loop-implement.md"
-[roles.verify]
-prompt = "prompts/loop-verifier.md"
-command = ["echo", {VERDICT:?}]
-[roles.orchestrate]
-prompt = "prompts/loop-orchestrate.md"
-
-[worktree]
-enabled = false
-
-[sandbox]
-mode = "{sandbox}"
-"#
-    )
-}
+mod support;
 
 /// A release binary: `var` when set, else the first path that exists.
 fn binary(var: &str, candidates: &[PathBuf]) -> PathBuf {
@@ -86,15 +59,12 @@ fn built_floor(root: &Path) -> Vec<PathBuf> {
 /// A loop set up for the benchmark, with a log past 64 KiB.
 fn project(sandbox: &str) -> (tempfile::TempDir, LoopPaths) {
     let project = tempfile::tempdir().expect("tempdir");
-    let o = CreateOptions {
-        name: "bench",
-        template: "default",
-        task: Some("benchmark".into()),
-        worktree: false,
-        harness: None,
-    };
-    let paths = create(project.path(), &o).expect("create loop");
-    std::fs::write(paths.dir.join("loop.toml"), loop_toml(sandbox)).expect("loop.toml");
+    let paths = support::new_loop(project.path(), "bench");
+    std::fs::write(
+        paths.dir.join("loop.toml"),
+        support::agent_loop_toml(50, sandbox),
+    )
+    .expect("loop.toml");
     let old: String = (0..1600)
         .map(|i| format!("2026-11-01T00:00:00Z WARN msg=\"an older event, number {i:05}\"\n"))
         .collect();
@@ -305,15 +275,12 @@ fn counts(exe: &Path, floor: &Path, modes: &mut [Mode]) {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    if support::listing() {
         return;
     }
-    let rounds: usize = std::env::var("BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(60);
+    let rounds = support::rounds(60);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let exe = binary("LOOPFLOW_BIN", &[root.join("target/release/loopflow")]);
+    let exe = support::loopflow_bin();
     let floor = binary("LOOPFLOW_FLOOR_BIN", &built_floor(root));
     let mut modes = [
         Mode::new("sandbox off", "off", &[]),

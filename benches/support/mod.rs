@@ -1,0 +1,95 @@
+//! What the benchmarks share: the binary under test, a loop made by `create`, copies of
+//! it, the agent loop most of them tick, and the `BENCH_ROUNDS` knob.
+// Each bench links this module and uses only some of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use loopflow::testing::{CreateOptions, LoopPaths, create};
+
+/// `cargo bench` lists targets with `--list`: nothing to measure then.
+pub fn listing() -> bool {
+    std::env::args().any(|a| a == "--list")
+}
+
+/// `BENCH_ROUNDS`, else `default`.
+pub fn rounds(default: usize) -> usize {
+    std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The loopflow under test: `LOOPFLOW_BIN`, else this checkout's release build.
+pub fn loopflow_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("LOOPFLOW_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/loopflow");
+    assert!(
+        p.is_file(),
+        "build it first: cargo build --release (or run scripts/bench)"
+    );
+    p
+}
+
+/// A loop `name` in `project` as `create` makes it from the default template, worktree
+/// off.
+pub fn new_loop(project: &Path, name: &str) -> LoopPaths {
+    let o = CreateOptions {
+        name,
+        template: "default",
+        task: Some("benchmark".into()),
+        worktree: false,
+        harness: None,
+    };
+    create(project, &o).expect("create loop")
+}
+
+/// The default tick with `true` as implement/orchestrate and a constant verdict, so a
+/// tick is loopflow's own work plus three trivial spawns. `plateau` keeps the score
+/// plateau brake out of the way; `sandbox` is the `[sandbox] mode`.
+pub fn agent_loop_toml(plateau: u32, sandbox: &str) -> String {
+    format!(
+        r#"[brakes]
+max_iterations = 1000000
+context_tokens = 32000
+score_plateau_window = {plateau}
+
+[harness]
+command = ["true"]
+
+[roles.implement]
+prompt = "prompts/loop-implement.md"
+[roles.verify]
+prompt = "prompts/loop-verifier.md"
+command = ["echo", "{{\"pass\": false, \"score\": 0.5}}"]
+[roles.orchestrate]
+prompt = "prompts/loop-orchestrate.md"
+
+[worktree]
+enabled = false
+
+[sandbox]
+mode = "{sandbox}"
+"#
+    )
+}
+
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir").flatten() {
+        let t = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &t);
+        } else {
+            std::fs::copy(e.path(), &t).expect("copy");
+        }
+    }
+}
+
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
