@@ -7,26 +7,32 @@ use serde_json::Value;
 
 use crate::support::{Project, Run};
 
-/// (line, column, code) of every diagnostic, in output order.
-fn found(r: &Run) -> Vec<(u64, u64, String)> {
+fn diagnostics(r: &Run) -> Vec<Value> {
     let v: Value =
         serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {r:?}"));
-    v["diagnostics"]
-        .as_array()
-        .expect("diagnostics")
+    v["diagnostics"].as_array().expect("diagnostics").clone()
+}
+
+/// `line:column code` of every diagnostic, in output order.
+fn found(r: &Run) -> Vec<String> {
+    diagnostics(r)
         .iter()
         .map(|d| {
-            (
-                d["line"].as_u64().unwrap_or(0),
-                d["column"].as_u64().unwrap_or(0),
-                d["code"].as_str().unwrap_or("").to_string(),
+            format!(
+                "{}:{} {}",
+                d["line"],
+                d["column"],
+                d["code"].as_str().unwrap_or("")
             )
         })
         .collect()
 }
 
 fn codes(r: &Run) -> Vec<String> {
-    found(r).into_iter().map(|(_, _, c)| c).collect()
+    diagnostics(r)
+        .iter()
+        .map(|d| d["code"].as_str().unwrap_or("").to_string())
+        .collect()
 }
 
 #[test]
@@ -58,9 +64,9 @@ needs = ["parse"]
     assert_eq!(
         found(&r),
         [
-            (3, 10, "dependency-cycle".to_string()),
-            (7, 20, "unknown-variable".to_string()),
-            (12, 8, "unknown-need".to_string()),
+            "3:10 dependency-cycle",
+            "7:20 unknown-variable",
+            "12:8 unknown-need",
         ],
         "{}",
         r.stdout
@@ -93,11 +99,11 @@ fn a_broken_brakes_table_does_not_hide_the_cross_checks() {
     assert_eq!(
         found(&r),
         [
-            (2, 1, "unknown-key".to_string()),
-            (5, 22, "legacy-placeholder".to_string()),
-            (5, 36, "unknown-variable".to_string()),
-            (5, 46, "template-syntax".to_string()),
-            (8, 10, "missing-prompt".to_string()),
+            "2:1 unknown-key",
+            "5:22 legacy-placeholder",
+            "5:36 unknown-variable",
+            "5:46 template-syntax",
+            "8:10 missing-prompt",
         ],
         "{}",
         r.stdout
@@ -308,12 +314,12 @@ needs = ["t", "x"]
         found(&r),
         [
             // `owner` is silenced; `team`, one line further down, is not.
-            (6, 1, "unknown-key".to_string()),
+            "6:1 unknown-key",
             // An error `run` could not run with is never silenced...
-            (10, 20, "unused-ignore".to_string()),
+            "10:20 unused-ignore",
             // ...and a misspelt code is pointed out.
-            (10, 34, "unused-ignore".to_string()),
-            (11, 15, "unknown-need".to_string()),
+            "10:34 unused-ignore",
+            "11:15 unknown-need",
         ],
         "{}",
         r.stdout
@@ -378,11 +384,6 @@ fn a_misspelt_kind_is_named() {
         "[nodes.g]\nknd = \"gate\"\n[nodes.c]\nkind = \"commit\"\nneeds = [\"g\"]\n",
     );
     let r = p.lf(&["check", "p.toml", "--format", "json"]);
-    assert_eq!(
-        found(&r),
-        [(2, 1, "unknown-key".to_string())],
-        "{}",
-        r.stdout
-    );
+    assert_eq!(found(&r), ["2:1 unknown-key"], "{}", r.stdout);
     assert!(r.stdout.contains("did you mean `kind`?"), "{}", r.stdout);
 }
