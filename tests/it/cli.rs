@@ -8,23 +8,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::support::{LoopToml, Project, Run, loopflow, standard_agent, wait_or_kill};
+use crate::support::{LoopToml, Project, Run, have, loopflow, standard_agent, wait_or_kill};
 
 const PASS: &str = r#"{"pass": true, "score": 0.9}"#;
 const HALF: &str = r#"{"pass": false, "score": 0.5}"#;
-
-/// Whether `tool` is on PATH; with LOOPFLOW_REQUIRE_VALIDATORS=1 (CI) a missing one fails.
-fn have(tool: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
-    if !found && std::env::var("LOOPFLOW_REQUIRE_VALIDATORS").as_deref() == Ok("1") {
-        panic!("`{tool}` is required (LOOPFLOW_REQUIRE_VALIDATORS=1) but not installed");
-    }
-    if !found {
-        println!("NOTICE: `{tool}` is not installed; skipping its check (CI installs it)");
-    }
-    found
-}
 
 /// `loopflow ARGS` run from `cwd` with no `--project` and no LOOPFLOW_PROJECT: the
 /// project is whatever loopflow finds from there.

@@ -7,19 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::support::{Project, Run, bin, git, git_commit, loopflow, standard_agent};
-
-fn have(tool: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
-    if !found && std::env::var("LOOPFLOW_REQUIRE_VALIDATORS").as_deref() == Ok("1") {
-        panic!("`{tool}` is required (LOOPFLOW_REQUIRE_VALIDATORS=1) but not installed");
-    }
-    if !found {
-        println!("NOTICE: `{tool}` is not installed; skipping its validation (CI installs it)");
-    }
-    found
-}
+use crate::support::{Project, Run, bin, git, git_commit, have, loopflow, standard_agent};
 
 /// A git project with loop `l` (a worktree of its own) and the given interval.
 fn project(interval: u64) -> Project {

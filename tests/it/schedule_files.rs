@@ -8,22 +8,10 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::{Project, Run};
+use crate::support::{Project, Run, have};
 
 const REPO: &str = "https://git.example.org/loopflow.git";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-fn have(tool: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
-    if !found && std::env::var("LOOPFLOW_REQUIRE_VALIDATORS").as_deref() == Ok("1") {
-        panic!("`{tool}` is required (LOOPFLOW_REQUIRE_VALIDATORS=1) but not installed");
-    }
-    if !found {
-        println!("NOTICE: `{tool}` is not installed; skipping its validation (CI installs it)");
-    }
-    found
-}
 
 /// A git project with loop `l`; `harness` replaces its `[harness]` agent line.
 fn project(harness: Option<&str>) -> Project {

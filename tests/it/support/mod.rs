@@ -369,6 +369,20 @@ esac"#,
     )
 }
 
+/// Whether `tool` is on PATH. With LOOPFLOW_REQUIRE_VALIDATORS=1 (CI sets it) a missing
+/// tool fails the test instead of skipping its check.
+pub fn have(tool: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
+    if !found && std::env::var("LOOPFLOW_REQUIRE_VALIDATORS").as_deref() == Ok("1") {
+        panic!("`{tool}` is required (LOOPFLOW_REQUIRE_VALIDATORS=1) but not installed");
+    }
+    if !found {
+        println!("NOTICE: `{tool}` is not installed; skipping its check (CI installs it)");
+    }
+    found
+}
+
 // ---- git -------------------------------------------------------------------------------
 
 /// `git ARGS` in `dir`; panics unless it succeeds. Returns its stdout.
