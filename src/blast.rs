@@ -185,21 +185,6 @@ impl Globs {
     }
 }
 
-/// Removes `.` and resolves `..` lexically (for the part of a path that does not exist).
-fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
-
 /// Resolves a path the way the OS would when writing to it: component by component,
 /// following every symlink where it stands (so `link/..` is the parent of the link's
 /// *target*, not lexically the directory holding the link), including a dangling symlink
@@ -240,7 +225,7 @@ fn resolve_in(abs: &Path, hops: usize) -> PathBuf {
             }
         }
     }
-    normalize(&out)
+    crate::fs_safe::normalize(&out)
 }
 
 impl Radius {

@@ -6,7 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The most of a node's stdout the verdict parser reads: its last 1 MiB (the verdict is
 /// usually the last thing a verifier prints).
@@ -169,6 +169,23 @@ pub fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
     #[cfg(unix)]
     File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// `a/./b/../c` → `a/c`: `.` removed and `..` resolved lexically, without touching the
+/// file system (for a path, or the part of one, that may not exist).
+pub fn normalize(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -108,7 +108,7 @@ fn location(d: &Diagnostic, root: &Path, cwd: &Path) -> Value {
     } else {
         cwd.join(&d.source.path)
     };
-    let path = normalize(&path);
+    let path = crate::fs_safe::normalize(&path);
     match path.strip_prefix(root) {
         Ok(rel) if !rel.as_os_str().is_empty() => json!({
             "uri": utf8_percent_encode(&rel.to_string_lossy().replace('\\', "/"), PATH).to_string(),
@@ -121,27 +121,11 @@ fn location(d: &Diagnostic, root: &Path, cwd: &Path) -> Value {
     }
 }
 
-/// `a/./b/../c` → `a/c`, without touching the file system (the file may not exist).
-fn normalize(p: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
 /// SARIF 2.1.0 with one rule per code, so code scanning can track findings across runs.
 /// `root` is `%SRCROOT%`, the directory result paths are relative to.
 pub fn render_sarif(diags: &Diagnostics, root: &Path) -> String {
     let cwd = std::env::current_dir().unwrap_or_default();
-    let root = normalize(&if root.is_absolute() {
+    let root = crate::fs_safe::normalize(&if root.is_absolute() {
         root.to_path_buf()
     } else {
         cwd.join(root)
