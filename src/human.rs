@@ -58,21 +58,6 @@ pub fn score(x: f64) -> String {
     format!("{x:.2}")
 }
 
-/// Text from the state or log (a halt reason, a verdict's reasons, a commit subject) made
-/// safe for a terminal: control characters are shown escaped, so an agent cannot repaint
-/// what a human reads before approving or landing.
-pub fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 /// A word quoted for a POSIX shell when it needs it, so a printed command can be pasted.
 pub fn shell_word(w: &str) -> String {
     let plain = !w.is_empty()
@@ -121,6 +106,5 @@ mod tests {
             "loopflow approve --loop l --project '/tmp/a b'"
         );
         assert_eq!(shell_word("it's"), "'it'\\''s'");
-        assert_eq!(printable("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
     }
 }

@@ -57,7 +57,7 @@ pub enum LandError {
 fn indent(lines: &[String]) -> String {
     lines
         .iter()
-        .map(|l| format!("    {}", crate::human::printable(l)))
+        .map(|l| format!("    {}", crate::out::printable(l)))
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -456,9 +456,11 @@ fn next_commands(r: &Review, paths: &LoopPaths) -> Vec<String> {
     next
 }
 
-/// The review as text for a terminal; every agent-written value passes [`crate::human::printable`].
+/// The review as text for a terminal; every agent-written value passes [`crate::out::printable`]
+/// (one line each: an agent cannot forge a line, a control sequence or a bidi reordering).
 pub fn render(r: &Review) -> String {
-    use crate::human::{count, printable, score, seconds, usd};
+    use crate::human::{count, score, seconds, usd};
+    use crate::out::printable;
     use std::fmt::Write as _;
     let mut o = String::new();
     let state = match &r.halt {

@@ -63,9 +63,8 @@ pub fn report(project: &Path, a: ReportArgs) -> i32 {
     let model = Model::new(project, super::status::row_of);
     let page = model.page(Mode::Static);
     if a.html.as_os_str() == "-" {
-        let mut out = std::io::stdout().lock();
-        // A closed stdout (`| head`) ends the command quietly.
-        let _ = out.write_all(page.as_bytes()).and_then(|()| out.flush());
+        // A closed stdout (`| head`) ends the command quietly; a full disk does not.
+        crate::out::write(page.as_bytes());
         return exit::OK;
     }
     match write_page(&a.html, page.as_bytes()) {

@@ -1,7 +1,6 @@
 //! `review`, `land` and `discard`: a human looks at what a loop did, then takes it home or
 //! throws it away. Data on stdout (`--json`: one document), progress on stderr.
 
-use std::io::Write;
 use std::path::Path;
 
 use clap::Args;
@@ -55,10 +54,10 @@ pub struct DiscardArgs {
     pub yes: bool,
 }
 
-/// Writes to stdout; a closed pipe ends the command quietly.
+/// Writes to stdout through [`crate::out::write`]: a closed pipe ends the command
+/// quietly, any other write error makes the exit code STATE.
 fn out(text: &str) -> i32 {
-    let mut o = std::io::stdout().lock();
-    let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
+    crate::out::write(text.as_bytes());
     exit::OK
 }
 
@@ -69,13 +68,13 @@ pub fn review(project: &Path, a: ReviewArgs) -> i32 {
     };
     let r = crate::review::review(&paths, &state, a.patch);
     if a.json {
-        let doc = serde_json::to_string_pretty(&crate::review::to_json(&r)).unwrap_or_default();
+        let doc = crate::out::json(&crate::review::to_json(&r), true);
         return out(&format!("{doc}\n"));
     }
     let mut text = crate::review::render(&r);
     if let Some(p) = &r.patch {
         text.push('\n');
-        text.push_str(&crate::human::printable(p));
+        text.push_str(&crate::out::printable_text(p));
     }
     out(&text)
 }
@@ -148,7 +147,7 @@ pub fn discard(project: &Path, a: DiscardArgs) -> i32 {
                     d.branch
                 );
                 for u in &d.uncommitted {
-                    eprintln!("  {}", crate::human::printable(u));
+                    eprintln!("  {}", crate::out::printable(u));
                 }
                 eprintln!("nothing was changed; run again with --yes to do it");
                 exit::NO

@@ -14,8 +14,9 @@ use crate::reason::{Death, HaltReason};
 
 const STYLE: &str = include_str!("style.css");
 
-/// Escapes text for HTML element content and attribute values; control characters an
-/// agent may have written become U+FFFD.
+/// Escapes text for HTML element content and attribute values; what a terminal would not
+/// show as it is ([`crate::out::is_unsafe`]: controls, line separators, bidi overrides,
+/// invisible format characters) an agent may have written becomes U+FFFD.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -25,7 +26,7 @@ pub fn escape(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{FFFD}'),
+            c if crate::out::is_unsafe(c) && c != '\n' && c != '\t' => out.push('\u{FFFD}'),
             c => out.push(c),
         }
     }
