@@ -403,7 +403,8 @@ pub fn log(project: &Path, a: LogArgs) -> i32 {
         o
     };
     loop {
-        if let Ok(mut f) = std::fs::File::open(&paths.log) {
+        // Never a plain open: a FIFO an agent put in place of the log would block it.
+        if let Ok(mut f) = crate::fs_safe::open_regular(&paths.log) {
             let _ = f.seek(SeekFrom::Start(pos));
             // In chunks: a log of any size streams in bounded memory.
             let mut buf = vec![0u8; 64 * 1024];

@@ -58,7 +58,8 @@ impl LogScan {
     /// new lines (at most [`NEW_MAX`]). A log that shrank (rotated, truncated) is scanned
     /// afresh.
     pub fn update(&mut self, path: &Path) -> Vec<String> {
-        let Ok(mut f) = std::fs::File::open(path) else {
+        // Never a plain open: a FIFO in place of the log would block the server.
+        let Ok(mut f) = crate::fs_safe::open_regular(path) else {
             return Vec::new();
         };
         let len = f.metadata().map_or(0, |m| m.len());

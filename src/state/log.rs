@@ -138,7 +138,8 @@ pub fn append(path: &Path, event: Event, args: &[LogArg<'_>]) -> Result<String, 
 /// whole tail only when it does not (decoding 64 KiB of a long log every tick cost a
 /// tick ~440,000 instructions).
 pub fn last_tick(path: &Path) -> Option<u64> {
-    let mut f = File::open(path).ok()?;
+    // Never a plain open: a FIFO in place of the log would block it (and the tick).
+    let mut f = crate::fs_safe::open_regular(path).ok()?;
     let len = f.metadata().ok()?.len();
     let start = len.saturating_sub(64 * 1024);
     let near = len.saturating_sub(4 * 1024);
@@ -185,7 +186,8 @@ fn last_tick_in(lines: &[u8]) -> Option<u64> {
 /// The most recent halt logged at or after byte `start` (by `loopflow halt` during a
 /// tick), for when the state file no longer shows it. `None` when there is none.
 pub fn halt_since(path: &Path, start: u64) -> Option<String> {
-    let mut f = File::open(path).ok()?;
+    // Never a plain open: a FIFO in place of the log would block it (and the tick).
+    let mut f = crate::fs_safe::open_regular(path).ok()?;
     let len = f.metadata().ok()?.len();
     // Bounded: the newest 4 MiB of this tick's events at most.
     let from = start.max(len.saturating_sub(4 << 20));
@@ -278,12 +280,7 @@ fn quoted_end(v: &str) -> Option<usize> {
 
 /// The last `event` line in the log's tail (the last 64 KiB), parsed.
 pub fn last_event(path: &Path, event: Event) -> Option<Entry> {
-    let mut f = File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
-    f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)))
-        .ok()?;
-    let mut buf = Vec::new();
-    f.take(64 * 1024).read_to_end(&mut buf).ok()?;
+    let buf = crate::fs_safe::tail(path, 64 * 1024).ok()?;
     String::from_utf8_lossy(&buf)
         .lines()
         .rev()

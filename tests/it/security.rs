@@ -1229,3 +1229,41 @@ esac"#,
     assert_eq!(s["iteration_count"], 1, "{s}");
     assert_eq!(s["last_verdict"]["score"], 0.4);
 }
+
+/// An agent (sandbox off) that puts a FIFO where the event log was: nothing loopflow runs
+/// afterwards may block on opening it — not the tick's own end (its halt-since check
+/// reads the log), not `status`, `log` or `report`.
+#[test]
+fn a_fifo_in_place_of_the_log_blocks_nothing() {
+    let p = Project::new();
+    let log = p.loop_dir("l").join(".state.log");
+    let agent = p.script(
+        "agent.sh",
+        &format!(
+            r#"case "$1" in
+  implement) rm -f "{log}" && mkfifo "{log}" ;;
+  verify) echo '{FAIL}' ;;
+esac"#,
+            log = log.display()
+        ),
+    );
+    p.with_loop_task("l", Some("t"), &LoopToml::new().harness_agent(&agent));
+    let mut tick = p.lf_spawn(&["run", "--loop", "l"]);
+    crate::support::wait_or_kill(&mut tick, "a tick whose log became a FIFO");
+    assert!(
+        std::fs::symlink_metadata(&log).is_ok_and(|m| !m.file_type().is_file()),
+        "the attack did not happen"
+    );
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["log", "--loop", "l"],
+        &["report", "--html", "-"],
+    ] {
+        let mut c = p.lf_spawn(args);
+        crate::support::wait_or_kill(
+            &mut c,
+            &format!("`loopflow {}` with a FIFO log", args.join(" ")),
+        );
+    }
+}
