@@ -145,8 +145,8 @@ impl LoopPaths {
 }
 
 /// Whether process `pid` exists (signal 0 checks without sending; `EPERM`: it exists
-/// but is not ours).
-fn alive(pid: i32) -> bool {
+/// but is not ours). Where that cannot be asked, every pid counts as alive.
+pub(super) fn alive(pid: i32) -> bool {
     if pid <= 0 {
         return false;
     }

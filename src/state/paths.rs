@@ -195,8 +195,8 @@ impl LoopPaths {
                 let writer_gone = rest
                     .strip_prefix('.')
                     .and_then(|r| r.split_once('.'))
-                    .and_then(|(pid, _)| pid.parse::<u32>().ok())
-                    .is_some_and(|pid| !alive(pid));
+                    .and_then(|(pid, _)| pid.parse::<i32>().ok())
+                    .is_some_and(|pid| !super::lock::alive(pid));
                 writer_gone
                     || m.modified()
                         .is_ok_and(|t| t.elapsed().is_ok_and(|a| a >= old))
@@ -214,27 +214,5 @@ impl LoopPaths {
             l.push(line);
         }
         Ok(())
-    }
-}
-
-/// Whether a process with this pid exists (a pid we may not signal exists too). Where
-/// that cannot be asked, every writer counts as alive and only age removes its file.
-fn alive(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        let Ok(pid) = libc::pid_t::try_from(pid) else {
-            return true;
-        };
-        if pid <= 0 {
-            return true;
-        }
-        // SAFETY: signal 0 sends nothing; it only asks whether the pid exists.
-        let r = unsafe { libc::kill(pid, 0) };
-        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
     }
 }
