@@ -195,6 +195,10 @@ impl<'a> Tick<'a> {
     /// The spend so far, and the first budget it crossed.
     fn crossed(&self) -> Option<(Budget, String)> {
         let b = &self.loaded.config.brakes;
+        // No budget, nothing to cross: the spend (agent reports re-read) is not summed.
+        if b.max_budget_usd.is_none() && b.max_tokens.is_none() && b.max_seconds.is_none() {
+            return None;
+        }
         let now = self
             .settled
             .lock()

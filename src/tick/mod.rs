@@ -299,8 +299,13 @@ fn run_locked(
         prepare_dirs(paths, &tmp, &output_dir, &cwd)?;
     }
     let confine = Confinement::new(&loaded.config, &paths.project, &cwd, &tmp);
-    // Audit commands run confined too (in a dry run they do not run at all).
-    let audit_box = if opts.dry_run {
+    // Audit commands run confined too (in a dry run they do not run at all); only an
+    // audit work source spawns anything at the gate, so only it pays for a ruleset.
+    let audits = matches!(
+        loaded.config.work_source,
+        crate::config::WorkSource::Audit { .. }
+    );
+    let audit_box = if opts.dry_run || !audits {
         None
     } else {
         confine.prepare(&[]).ok().flatten()
