@@ -325,11 +325,6 @@ impl Dag {
         set
     }
 
-    /// Every node downstream of `v` (not including `v`), in index order.
-    pub fn descendants(&self, v: usize) -> Vec<usize> {
-        self.descendant_set(v).ones().collect()
-    }
-
     /// Every node upstream of `v` (not including `v`), as a set: O(n + e).
     pub fn ancestors(&self, v: usize) -> FixedBitSet {
         let mut set = FixedBitSet::with_capacity(self.len());
@@ -375,13 +370,6 @@ impl Dag {
         }
         out
     }
-
-    /// Nodes with no dependencies.
-    pub fn roots(&self) -> Vec<usize> {
-        (0..self.len())
-            .filter(|&v| self.needs(v).is_empty())
-            .collect()
-    }
 }
 
 impl crate::node::Upstream for Dag {
@@ -405,9 +393,8 @@ mod tests {
         assert!(dag.is_ancestor(0, 2));
         assert!(!dag.is_ancestor(3, 2));
         assert!(!dag.is_ancestor(2, 0));
-        assert_eq!(dag.descendants(1), vec![2]);
+        assert_eq!(dag.descendant_set(1).ones().collect::<Vec<_>>(), vec![2]);
         assert_eq!(dag.ancestors(2).ones().collect::<Vec<_>>(), vec![0, 1]);
-        assert_eq!(dag.roots(), vec![0]);
     }
 
     #[test]

@@ -20,7 +20,6 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::{Arc, OnceLock};
@@ -213,20 +212,6 @@ fn restrict_current_thread(ruleset_fd: RawFd) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-pub(crate) fn install_pre_exec(cmd: &mut Command, fd: Arc<OwnedFd>) {
-    let raw = fd.as_raw_fd();
-    // SAFETY: the hook runs between fork and exec in the child and only does
-    // async-signal-safe syscalls (no allocation, no locks). The Arc keeps the
-    // ruleset fd open in the parent for as long as the Command exists; the fd
-    // is O_CLOEXEC, so it does not leak into the exec'd program.
-    unsafe {
-        cmd.pre_exec(move || {
-            let _keep_alive = &fd;
-            restrict_current_thread(raw)
-        });
-    }
 }
 
 pub(crate) fn spawn_via_thread(cmd: &mut Command, fd: &Arc<OwnedFd>) -> io::Result<Child> {

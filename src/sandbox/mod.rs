@@ -5,16 +5,15 @@
 //! expensive, allocating, fallible work happens here, in the parent — and gets
 //! a [`Prepared`] back. `Prepared` says exactly what the kernel will enforce
 //! ([`Enforced`], [`Prepared::shortfalls`]) and turns into sandboxed
-//! [`std::process::Command`]s ([`Prepared::command`] / [`Prepared::apply`]).
+//! [`std::process::Command`]s ([`Prepared::spawn_via_thread`]).
 //!
 //! Backends:
 //! * [`LandlockSandbox`] (Linux): Landlock write confinement, signal and
 //!   abstract-unix-socket scoping, optional TCP deny. Reads and execution stay
 //!   open everywhere.
 //! * [`NoSandbox`]: enforces nothing and says so (other OSes, or opt-out).
-//!   A macOS Seatbelt backend would slot in next to these: `Prepared::command`
-//!   can return a `sandbox-exec -p <profile> -- program` command instead of
-//!   installing a `pre_exec` hook.
+//!   A macOS Seatbelt backend would slot in next to these: its `Prepared` would
+//!   spawn `sandbox-exec -p <profile> -- program` instead of restricting a thread.
 
 use std::fmt;
 use std::io;
@@ -369,23 +368,11 @@ impl Prepared {
         &self.shortfalls
     }
 
-    /// Install the sandbox on an existing command (Linux: a `pre_exec` hook,
-    /// which makes std use fork+exec instead of posix_spawn). Call once per
-    /// command.
-    pub fn apply(&self, cmd: &mut Command) {
-        match &self.hook {
-            Hook::None => {}
-            #[cfg(target_os = "linux")]
-            Hook::Landlock(fd) => linux::install_pre_exec(cmd, fd.clone()),
-        }
-    }
-
-    /// Alternative to [`apply`](Self::apply) that keeps std's posix_spawn
-    /// fast path (no fork): a short-lived thread restricts *itself*
-    /// (Landlock and no_new_privs are per-thread), spawns `cmd` (which must
-    /// NOT have the sandbox applied) and exits. The calling thread and the
-    /// rest of the process are unaffected. One Landlock domain per spawn,
-    /// like `apply`.
+    /// Spawns `cmd` sandboxed, keeping std's posix_spawn fast path (no fork,
+    /// no `pre_exec` hook): a short-lived thread restricts *itself* (Landlock
+    /// and no_new_privs are per-thread), spawns `cmd` and exits. The calling
+    /// thread and the rest of the process are unaffected. One Landlock domain
+    /// per spawn.
     ///
     /// Note: std sets up `Stdio::null()` in the spawning thread, i.e. inside
     /// the sandbox: it needs `/dev/null` in [`Policy::devices`] (default).
