@@ -24,8 +24,10 @@ pub enum GitError {
 /// reason `git-commit` refuses to commit there.
 #[derive(Debug, thiserror::Error)]
 pub enum WorktreeError {
-    #[error("the worktree is a symlink; refusing to commit where it points")]
-    Symlink,
+    #[error(
+        "the worktree is a symlink; refusing to commit where it points (remove the symlink, run `git worktree prune`, then `loopflow worktree restore --loop {loop_name}`)"
+    )]
+    Symlink { loop_name: String },
     #[error(transparent)]
     Git(#[from] GitError),
     #[error("{}: {source}", path.display())]
@@ -40,12 +42,32 @@ pub enum WorktreeError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{} is not a worktree of the repository at {}", work_tree.display(), common.display())]
-    NotLinked { work_tree: PathBuf, common: PathBuf },
-    #[error("{}/.git no longer points at {}", work_tree.display(), admin.display())]
+    #[error(
+        "{} is not a worktree of the repository at {} (run `git worktree repair {0}` from the project, or move it aside and `loopflow worktree restore --loop {loop_name}`)",
+        work_tree.display(),
+        common.display()
+    )]
+    NotLinked {
+        work_tree: PathBuf,
+        common: PathBuf,
+        loop_name: String,
+    },
+    #[error(
+        "{}/.git no longer points at {} (run `git worktree repair {0}` from the project to point it back)",
+        work_tree.display(),
+        admin.display()
+    )]
     Repointed { work_tree: PathBuf, admin: PathBuf },
-    #[error("HEAD is {head}, not {branch}")]
-    WrongBranch { head: String, branch: String },
+    #[error(
+        "HEAD is {head}, not {branch} (switch back with `git -C {} switch {}`, after looking at what is there)",
+        work_tree.display(),
+        branch.strip_prefix("refs/heads/").unwrap_or(branch)
+    )]
+    WrongBranch {
+        work_tree: PathBuf,
+        head: String,
+        branch: String,
+    },
 }
 
 /// Lets command-line code that reports errors as text use `?` on git calls.
@@ -203,6 +225,15 @@ pub struct Linked {
     pub branch: String,
 }
 
+/// The loop a `refs/heads/loopflow/<name>` branch belongs to (for the commands an error
+/// suggests); the branch itself when it is not a loop's.
+fn loop_of(branch: &str) -> String {
+    branch
+        .strip_prefix("refs/heads/loopflow/")
+        .unwrap_or(branch)
+        .to_string()
+}
+
 impl Linked {
     /// Finds `work_tree`'s administrative directory in `project`'s repository and checks
     /// that the worktree still is what it was made: a real directory whose `.git` file
@@ -210,7 +241,9 @@ impl Linked {
     pub fn open(project: &Path, work_tree: &Path, branch: &str) -> Result<Linked, WorktreeError> {
         let io = |path: PathBuf| move |source| WorktreeError::Io { path, source };
         if std::fs::symlink_metadata(work_tree).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(WorktreeError::Symlink);
+            return Err(WorktreeError::Symlink {
+                loop_name: loop_of(branch),
+            });
         }
         let common = ok(
             git(
@@ -240,6 +273,7 @@ impl Linked {
             .ok_or_else(|| WorktreeError::NotLinked {
                 work_tree: work_tree.to_path_buf(),
                 common: common.clone(),
+                loop_name: loop_of(branch),
             })?;
         // The `.git` file in the worktree is the agent's to write: it must still point here.
         let dotgit = crate::fs_safe::head(&work_tree.join(".git"), 4096)
@@ -259,6 +293,7 @@ impl Linked {
         let want = format!("ref: {branch}");
         if trim_newline(&head) != want.as_bytes() {
             return Err(WorktreeError::WrongBranch {
+                work_tree: work_tree.to_path_buf(),
                 head: String::from_utf8_lossy(trim_newline(&head)).into_owned(),
                 branch: branch.to_string(),
             });
