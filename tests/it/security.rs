@@ -1267,3 +1267,31 @@ esac"#,
         );
     }
 }
+
+/// An agent that makes its own `{{output}}` a FIFO (it may write there, sandbox or not):
+/// keeping a copy of that file for the record must not block the tick.
+#[test]
+fn a_fifo_as_the_output_file_blocks_nothing() {
+    let p = Project::new();
+    let agent = p.script(
+        "agent.sh",
+        &format!(
+            r#"case "$1" in
+  implement) rm -f "$2" && mkfifo "$2" ;;
+  verify) echo '{FAIL}' ;;
+esac"#
+        ),
+    );
+    p.with_loop_task(
+        "l",
+        Some("t"),
+        &LoopToml::new().harness_command(&agent, &["{{role}}", "{{output}}"]),
+    );
+    let mut tick = p.lf_spawn(&["run", "--loop", "l"]);
+    crate::support::wait_or_kill(&mut tick, "a tick whose agent made {{output}} a FIFO");
+    assert_eq!(
+        p.state("l")["iteration_count"],
+        1,
+        "the tick did not finish"
+    );
+}
