@@ -347,7 +347,7 @@ fn keep_output_file(from: &std::path::Path, to: &std::path::Path) {
     if read.is_err() {
         return;
     }
-    if let Some(dir) = to.parent() {
-        let _ = crate::fs_safe::write_atomic(dir, to, &bytes);
-    }
+    // A record copy, written like the prompt, stdout and stderr beside it: no fsyncs, no
+    // temp file a kill could leave in `outputs/`.
+    let _ = crate::fs_safe::write_owned(to, &bytes);
 }
