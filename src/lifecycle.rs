@@ -76,12 +76,13 @@ pub fn set_halt(s: &mut State, reason: HaltReason, detail: Option<String>) -> Op
 /// loop's `[notify]` command (best effort too: a failing notifier only logs `WARN`).
 pub fn announce(
     paths: &LoopPaths,
+    state: &State,
     reason: &HaltReason,
     detail: Option<&str>,
 ) -> Result<(), StateError> {
     let logged = log_halt(paths, reason, detail);
     crate::schedule::disable_best_effort(paths);
-    crate::notify::at_halt(paths, reason, detail);
+    crate::notify::at_halt(paths, state, reason, detail);
     logged
 }
 
@@ -106,9 +107,9 @@ pub fn halt(
     reason: HaltReason,
     detail: Option<&str>,
 ) -> Result<bool, StateError> {
-    let (_, set) = paths.update(|s| set_halt(s, reason.clone(), detail.map(str::to_string)))?;
+    let (state, set) = paths.update(|s| set_halt(s, reason.clone(), detail.map(str::to_string)))?;
     if set.is_some() {
-        announce(paths, &reason, detail)?;
+        announce(paths, &state, &reason, detail)?;
     }
     Ok(set.is_some())
 }
@@ -119,7 +120,7 @@ pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<HaltReason, StateErro
         .replace(['\n', '\r'], " ")
         .parse()
         .unwrap_or_else(|never| match never {});
-    paths.update(|s| {
+    let (state, ()) = paths.update(|s| {
         s.halt = Some(Halt {
             reason: reason.clone(),
             detail: Some("halted by `loopflow halt`".into()),
@@ -127,7 +128,7 @@ pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<HaltReason, StateErro
             iteration: s.iteration_count,
         });
     })?;
-    announce(paths, &reason, None)?;
+    announce(paths, &state, &reason, None)?;
     Ok(reason)
 }
 
@@ -270,7 +271,7 @@ pub fn commit(
         }
     }
     if let Some((reason, detail)) = &halted {
-        let _ = announce(paths, reason, detail.as_deref());
+        let _ = announce(paths, &state, reason, detail.as_deref());
     }
     Ok(Committed {
         state,

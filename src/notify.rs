@@ -109,19 +109,14 @@ fn vars(event: &Value, reason: &HaltReason, task: Option<&str>) -> Value {
 
 /// At a halt: runs the loop's notifier, if it has one. Never fails: what goes wrong is a
 /// `WARN` line in the loop's log.
-pub fn at_halt(paths: &LoopPaths, reason: &HaltReason, detail: Option<&str>) {
+/// `state` is the state as the halt left it.
+pub fn at_halt(paths: &LoopPaths, state: &State, reason: &HaltReason, detail: Option<&str>) {
     let notify = match notifier(paths) {
         Ok(Some(n)) => n,
         Ok(None) => return,
         Err(e) => return warn(paths, &e),
     };
-    let Ok(state) = paths.load() else {
-        return warn(
-            paths,
-            &NotifyError::Config("the state file cannot be read".into()),
-        );
-    };
-    let ev = event(paths, &state, reason, detail);
+    let ev = event(paths, state, reason, detail);
     let ctx = vars(&ev, reason, state.current_task.as_deref());
     if let Err(e) = run(paths, &notify, &ev, &ctx) {
         warn(paths, &e);
