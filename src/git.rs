@@ -129,6 +129,14 @@ pub fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, GitError> {
     }
 }
 
+/// The object `spec` names (`git rev-parse --verify --quiet`), `None` when it names
+/// none (an unborn HEAD, a missing branch).
+pub fn rev(cwd: &Path, spec: &str) -> Result<Option<String>, GitError> {
+    let out = git(cwd, &["rev-parse", "--verify", "--quiet", spec])?;
+    let text = String::from_utf8_lossy(trim_newline(&out.stdout)).into_owned();
+    Ok((out.status.success() && !text.is_empty()).then_some(text))
+}
+
 /// A path as git prints it with `-z`: bytes, not necessarily UTF-8.
 #[cfg(unix)]
 pub fn path_of(b: &[u8]) -> PathBuf {

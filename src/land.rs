@@ -80,14 +80,6 @@ fn lock(paths: &LoopPaths) -> Result<TickLock, LandError> {
         .ok_or_else(|| LandError::TickRunning(paths.name.clone()))
 }
 
-fn rev(cwd: &Path, spec: &str) -> Result<Option<String>, GitError> {
-    let out = git(cwd, &["rev-parse", "--verify", "--quiet", spec])?;
-    Ok(out
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
-}
-
 /// `-c user.name=… -c user.email=…` when the repository has no identity of its own: a
 /// merge needs one, and the human's own is used when it is set.
 fn identity(project: &Path) -> Vec<&'static str> {
@@ -143,10 +135,10 @@ pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, La
     let _lock = lock(paths)?;
     let project = &paths.project;
     let br = branch(&paths.name);
-    let Some(head_before) = rev(project, "HEAD")? else {
+    let Some(head_before) = crate::git::rev(project, "HEAD")? else {
         return Err(LandError::NotGit(project.clone()));
     };
-    if rev(project, &format!("refs/heads/{br}"))?.is_none() {
+    if crate::git::rev(project, &format!("refs/heads/{br}"))?.is_none() {
         return Err(LandError::NoBranch(paths.name.clone(), "land"));
     }
     let into = current_branch(project).ok_or(LandError::Detached)?;
@@ -218,7 +210,7 @@ pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, La
         let _ = git(project, &["reset", "--quiet", "--hard", &head_before]);
         return Err(LandError::MergeFailed(format!("git merge {br}: {why}")));
     }
-    let head = rev(project, "HEAD")?.unwrap_or_default();
+    let head = crate::git::rev(project, "HEAD")?.unwrap_or_default();
     // A squash leaves the loop's branch beside the commit that now holds its work: moved
     // onto it, the loop goes on from what landed and the next land does not repeat it.
     let note = if squash {
@@ -299,10 +291,10 @@ pub fn discard(paths: &LoopPaths, state: &State, yes: bool) -> Result<Discard, L
     let _lock = lock(paths)?;
     let project = &paths.project;
     let br = branch(&paths.name);
-    let Some(to) = rev(project, "HEAD")? else {
+    let Some(to) = crate::git::rev(project, "HEAD")? else {
         return Err(LandError::NotGit(project.clone()));
     };
-    if rev(project, &format!("refs/heads/{br}"))?.is_none() {
+    if crate::git::rev(project, &format!("refs/heads/{br}"))?.is_none() {
         return Err(LandError::NoBranch(paths.name.clone(), "discard"));
     }
     let wt = crate::worktree::dir(paths, state);

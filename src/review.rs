@@ -99,11 +99,7 @@ pub fn branch(name: &str) -> String {
 }
 
 fn rev(cwd: &Path, spec: &str) -> Option<String> {
-    let out = git(cwd, &["rev-parse", "--verify", "--quiet", spec]).ok()?;
-    let text = String::from_utf8_lossy(&ok(out, "rev-parse").ok()?)
-        .trim()
-        .to_string();
-    (!text.is_empty()).then_some(text)
+    crate::git::rev(cwd, spec).ok().flatten()
 }
 
 fn is_ancestor(cwd: &Path, a: &str, b: &str) -> bool {

@@ -207,10 +207,7 @@ fn toplevel(cwd: &Path) -> Option<PathBuf> {
 }
 
 fn rev(top: &Path, r: &str) -> Option<String> {
-    let o = git(top, &["rev-parse", "--verify", "-q", r]).ok()?;
-    let s = String::from_utf8(o.stdout).ok()?;
-    let s = s.trim();
-    (o.status.success() && !s.is_empty()).then(|| s.to_string())
+    crate::git::rev(top, r).ok().flatten()
 }
 
 /// Every entry under `root` but [`SKIPPED`] ones at its top, stamped; `None` past
