@@ -115,8 +115,12 @@ impl Model {
         v
     }
 
-    fn views(&self) -> Vec<&LoopView> {
-        self.ordered().into_iter().map(|e| &e.view).collect()
+    /// Each loop's view with its card, rendered once when its files changed.
+    fn cards(&self) -> Vec<(&LoopView, &str)> {
+        self.ordered()
+            .into_iter()
+            .map(|e| (&e.view, e.html.as_str()))
+            .collect()
     }
 
     /// The newest log lines for the page's tail.
@@ -134,7 +138,7 @@ impl Model {
     pub fn page(&self, mode: Mode) -> String {
         page::page(
             &self.project,
-            &self.views(),
+            &self.cards(),
             &self.log_tail(),
             mode,
             (self.version, self.seq),

@@ -438,18 +438,20 @@ pub fn log_line(name: &str, line: &str) -> String {
     )
 }
 
-/// The whole page. `views` in page order; `log` the newest lines (loop, line), oldest
-/// first; `stamp` the model's (version, log sequence) the page shows, which the live
-/// page's script hands back to `/events` so no change in between is lost.
+/// The whole page. `cards`: each loop's view and its card as [`article`] rendered it, in
+/// page order; `log` the newest lines (loop, line), oldest first; `stamp` the model's
+/// (version, log sequence) the page shows, which the live page's script hands back to
+/// `/events` so no change in between is lost.
 pub fn page(
     project: &Path,
-    views: &[&LoopView],
+    cards: &[(&LoopView, &str)],
     log: &[(String, String)],
     mode: Mode,
     stamp: (u64, u64),
 ) -> String {
     let title = escape(&project.display().to_string());
-    let mut o = String::with_capacity(8192 + views.len() * 2500);
+    let views: Vec<&LoopView> = cards.iter().map(|(v, _)| *v).collect();
+    let mut o = String::with_capacity(8192 + cards.iter().map(|(_, h)| h.len()).sum::<usize>());
     let _ = write!(
         o,
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>loopflow · {title}</title>\n<style>\n{STYLE}</style>"
@@ -469,10 +471,10 @@ pub fn page(
         stamp.0,
         stamp.1,
         escape(&short_time(&crate::state::now())),
-        summary(views)
+        summary(&views)
     );
-    for v in views {
-        o.push_str(&article(v, project));
+    for (_, card) in cards {
+        o.push_str(card);
     }
     if views.is_empty() {
         o.push_str("<p class=\"empty\">No loops in this project yet: <code>loopflow create --loop NAME</code>.</p>");
