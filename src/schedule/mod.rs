@@ -226,11 +226,7 @@ pub(super) fn tool(argv: &[&str]) -> Result<String, ScheduleError> {
 
 /// Finds a program on PATH (for an absolute `flock` in crontab lines, whose PATH is tiny).
 pub(super) fn which(prog: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(prog))
-            .find(|p| p.is_file())
-    })
+    crate::preset::find_on_path(prog)
 }
 
 /// How often the installed schedule really fires, in words: cron-based platforms can only
