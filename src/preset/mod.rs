@@ -89,12 +89,27 @@ impl Preset {
     /// The command that installs the agent at the version the preset was checked
     /// against (`npm install -g @openai/codex@0.171.0`), when a registry carries it.
     pub fn install_command(&self) -> Option<String> {
+        Some(match self.registry()? {
+            Registry::Npm(pkg) => format!("npm install -g {pkg}"),
+            Registry::Pip(pkg) => format!("pipx install {pkg}"),
+        })
+    }
+
+    /// Where the preset's `install = "npm:…" | "pip:…"` says the agent is published.
+    pub fn registry(&self) -> Option<Registry<'_>> {
         match self.install.as_deref()?.split_once(':')? {
-            ("npm", pkg) => Some(format!("npm install -g {pkg}")),
-            ("pip", pkg) => Some(format!("pipx install {pkg}")),
+            ("npm", pkg) => Some(Registry::Npm(pkg)),
+            ("pip", pkg) => Some(Registry::Pip(pkg)),
             _ => None,
         }
     }
+}
+
+/// A package registry that carries an agent, with the pinned package spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registry<'a> {
+    Npm(&'a str),
+    Pip(&'a str),
 }
 
 /// Loads a preset by name. The embedded files are tested to be valid; problems in them

@@ -30,6 +30,7 @@ pub struct Known {
 /// `secrets` keys (one source, pinned to the versions CI runs against the fake model
 /// server), once.
 pub fn known() -> &'static [Known] {
+    use crate::preset::Registry;
     static KNOWN: std::sync::OnceLock<Vec<Known>> = std::sync::OnceLock::new();
     KNOWN.get_or_init(|| {
         crate::preset::names()
@@ -37,10 +38,10 @@ pub fn known() -> &'static [Known] {
             .filter_map(|name| {
                 let mut d = crate::diag::Diagnostics::default();
                 let p = crate::preset::load(name, &mut d)?;
-                let install = match p.install.as_deref().and_then(|i| i.split_once(':')) {
-                    Some(("npm", pkg)) => Install::Npm(pkg.to_string()),
-                    Some(("pip", pkg)) => Install::Pipx(pkg.to_string()),
-                    _ => Install::Manual(format!(
+                let install = match p.registry() {
+                    Some(Registry::Npm(pkg)) => Install::Npm(pkg.to_string()),
+                    Some(Registry::Pip(pkg)) => Install::Pipx(pkg.to_string()),
+                    None => Install::Manual(format!(
                         "{name} is published in no package registry loopflow knows; install it in a step of your own"
                     )),
                 };
