@@ -338,6 +338,8 @@ fn run_locked(
             &loaded.digests,
         ),
         halts: guard::HaltWatch::starting_from(stamp, &state),
+        // Checked again before the first node: until the leftovers of a killed tick were
+        // stopped (just above, under the lock) they could still plant a link.
         symlinks_checked: std::sync::atomic::AtomicU64::new(u64::MAX),
         task: gate
             .task
