@@ -129,18 +129,26 @@ fn conflicts(project: &Path, br: &str) -> Option<Vec<String>> {
     }
 }
 
-/// Merges `loopflow/<name>` into the checkout's current branch (`--no-ff`, or one squash
-/// commit), then logs `LAND`.
-pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, LandError> {
-    let _lock = lock(paths)?;
+/// What `land` and `discard` start with: the tick lock (held to the end), the loop's
+/// branch, which must exist, and the checkout's HEAD commit.
+fn prelude(paths: &LoopPaths, verb: &'static str) -> Result<(TickLock, String, String), LandError> {
+    let lock = lock(paths)?;
     let project = &paths.project;
     let br = branch(&paths.name);
-    let Some(head_before) = crate::git::rev(project, "HEAD")? else {
+    let Some(head) = crate::git::rev(project, "HEAD")? else {
         return Err(LandError::NotGit(project.clone()));
     };
     if crate::git::rev(project, &format!("refs/heads/{br}"))?.is_none() {
-        return Err(LandError::NoBranch(paths.name.clone(), "land"));
+        return Err(LandError::NoBranch(paths.name.clone(), verb));
     }
+    Ok((lock, br, head))
+}
+
+/// Merges `loopflow/<name>` into the checkout's current branch (`--no-ff`, or one squash
+/// commit), then logs `LAND`.
+pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, LandError> {
+    let (_lock, br, head_before) = prelude(paths, "land")?;
+    let project = &paths.project;
     let into = current_branch(project).ok_or(LandError::Detached)?;
     if into == br {
         return Err(LandError::OnLoopBranch(br));
@@ -288,15 +296,8 @@ pub struct Discard {
 /// commits and uncommitted files (git-ignored files stay). With `yes` false it only says
 /// what it would do.
 pub fn discard(paths: &LoopPaths, state: &State, yes: bool) -> Result<Discard, LandError> {
-    let _lock = lock(paths)?;
+    let (_lock, br, to) = prelude(paths, "discard")?;
     let project = &paths.project;
-    let br = branch(&paths.name);
-    let Some(to) = crate::git::rev(project, "HEAD")? else {
-        return Err(LandError::NotGit(project.clone()));
-    };
-    if crate::git::rev(project, &format!("refs/heads/{br}"))?.is_none() {
-        return Err(LandError::NoBranch(paths.name.clone(), "discard"));
-    }
     let wt = crate::worktree::dir(paths, state);
     let worktree = wt.is_dir().then_some(wt);
     let mut d = Discard {
