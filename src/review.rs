@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::git::{GitError, git, ok};
-use crate::state::{LoopPaths, State};
+use crate::state::{Event, LoopPaths, State};
 
 /// The most commits a review lists (the count is always exact).
 const MAX_COMMITS: usize = 200;
@@ -223,23 +223,17 @@ fn verdicts(paths: &LoopPaths, state: &State, since_approval: bool, n: usize) ->
     let bytes = crate::fs_safe::tail(&paths.log, 256 * 1024).unwrap_or_default();
     let text = String::from_utf8_lossy(&bytes);
     let mut out: Vec<TickVerdict> = Vec::new();
-    for l in text.lines() {
-        let Some((at, rest)) = l.split_once(' ') else {
-            continue;
-        };
-        if since_approval && rest.starts_with("APPROVE ") {
+    for e in text.lines().filter_map(crate::state::log::parse_line) {
+        if since_approval && e.event == Event::Approve.as_str() {
             out.clear();
             continue;
         }
-        let Some(rest) = rest.strip_prefix("TICK ") else {
+        if e.event != Event::Tick.as_str() {
             continue;
-        };
-        let kv = |k: &str| {
-            rest.split(' ')
-                .find_map(|w| w.strip_prefix(k)?.strip_prefix('='))
-        };
+        }
+        let kv = |k: &str| e.args.get(k).map(String::as_str);
         let t = TickVerdict {
-            at: at.to_string(),
+            at: e.at.clone(),
             iteration: kv("iter").and_then(|v| v.parse().ok()),
             pass: kv("pass").and_then(|v| v.parse().ok()),
             score: kv("score").and_then(|v| v.parse().ok()),
