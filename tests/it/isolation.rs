@@ -276,19 +276,6 @@ fn can_edit_resolves_dotdot_absolute_and_symlinks_and_deny_beats_allow() {
     assert!(r.stdout.starts_with("refused: README.md: "), "{r:?}");
 }
 
-/// The default tick with a `git-commit` node after the commit.
-fn git_pipeline() -> PipelineToml {
-    PipelineToml::named("tick-and-git")
-        .node("gate", "gate", &[])
-        .node("floor-check", "floor-check", &["gate"])
-        .harness("implement", "implement", &["floor-check"])
-        .harness("verify", "verify", &["implement"])
-        .verdict("parse", "verify", &["verify"])
-        .commit("commit", &["parse"])
-        .git_commit("git", &["commit"])
-        .with("message = \"loopflow {{loop}}: iteration {{iteration}}\"")
-}
-
 fn commits(dir: &Path, rev: &str) -> usize {
     git(dir, &["rev-list", "--count", rev])
         .trim()
@@ -298,7 +285,10 @@ fn commits(dir: &Path, rev: &str) -> usize {
 
 fn git_commit_project(implement: &str) -> (Project, PathBuf) {
     let p = Project::git();
-    let pipe = p.write("pipelines/git.toml", &git_pipeline().render());
+    let pipe = p.write(
+        "pipelines/git.toml",
+        &PipelineToml::tick_with_git().render(),
+    );
     let a = agent(&p, implement);
     p.with_loop_task(
         "g",

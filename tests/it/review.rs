@@ -24,26 +24,14 @@ esac"#,
     )
 }
 
-/// The default tick with a `git-commit` node after the commit (the work lands on the
-/// loop's branch).
-fn git_pipeline(p: &Project) -> PathBuf {
-    let pipe = PipelineToml::named("tick-and-git")
-        .node("gate", "gate", &[])
-        .node("floor-check", "floor-check", &["gate"])
-        .harness("implement", "implement", &["floor-check"])
-        .harness("verify", "verify", &["implement"])
-        .verdict("parse", "verify", &["verify"])
-        .commit("commit", &["parse"])
-        .git_commit("git", &["commit"])
-        .with("message = \"loopflow {{loop}}: iteration {{iteration}}\"");
-    p.write("pipelines/git.toml", &pipe.render())
-}
-
 /// A git project with loop `w` in a worktree of its own.
 fn project(implement: &str, verdicts: &[&str]) -> Project {
     let p = Project::git();
     let a = agent(&p, implement, verdicts);
-    let pipe = git_pipeline(&p);
+    let pipe = p.write(
+        "pipelines/git.toml",
+        &PipelineToml::tick_with_git().render(),
+    );
     p.with_loop(
         "w",
         &LoopToml::new()
@@ -355,7 +343,10 @@ fn discard_says_what_it_would_do_then_resets_branch_and_worktree() {
 fn a_loop_without_a_worktree_is_reviewed_in_the_checkout_and_has_nothing_to_land() {
     let p = Project::git();
     let a = agent(&p, "echo more >> README.md", &[FAIL]);
-    let pipe = git_pipeline(&p);
+    let pipe = p.write(
+        "pipelines/git.toml",
+        &PipelineToml::tick_with_git().render(),
+    );
     p.with_loop(
         "w",
         &LoopToml::new()

@@ -3,43 +3,12 @@
 //! stale lock; odd loop names, verdicts, prompts and binary pipelines are diagnosed, not
 //! panicked on.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::support::{
-    LoopToml, Project, live_group_members, standard_agent, wait_for_file, wait_group_gone,
+    LoopToml, Project, Rng, live_group_members, standard_agent, wait_for_file, wait_group_gone,
 };
 use serde_json::Value;
-
-/// A small xorshift generator; the seed is printed so a failure can be replayed with
-/// `LOOPFLOW_TEST_SEED=<seed>`.
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Rng {
-        let seed = std::env::var("LOOPFLOW_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(1, |d| d.as_nanos() as u64)
-                    | 1
-            });
-        eprintln!("LOOPFLOW_TEST_SEED={seed}");
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn ticks(p: &Project, name: &str) -> usize {
     p.events(name)

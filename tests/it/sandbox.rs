@@ -394,17 +394,7 @@ exit 0"#
             .harness_agent(&agent)
             .brakes("max_iterations = 100000"),
     );
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |t| t.as_nanos() as u64);
-    eprintln!("seed {seed}");
-    let mut rand = |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rng = crate::support::Rng::new();
     // LOOPFLOW_TEST_KILL_ROUNDS=2000 for the issue's long measurement; 120 in every run.
     let rounds: u64 = std::env::var("LOOPFLOW_TEST_KILL_ROUNDS")
         .ok()
@@ -412,9 +402,9 @@ exit 0"#
         .unwrap_or(120);
     let mut killed = 0;
     for round in 0..rounds {
-        p.write("delay", &format!("0.0{}", rand(6)));
+        p.write("delay", &format!("0.0{}", rng.below(6)));
         let mut child = p.lf_spawn(&["run", "--loop", "l"]);
-        std::thread::sleep(Duration::from_millis(rand(60)));
+        std::thread::sleep(Duration::from_millis(rng.below(60)));
         if child.try_wait().unwrap().is_none() {
             killed += 1;
         }

@@ -383,6 +383,37 @@ pub fn have(tool: &str) -> bool {
     found
 }
 
+/// A small xorshift generator; the seed is printed so a failure can be replayed with
+/// `LOOPFLOW_TEST_SEED=<seed>`.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new() -> Rng {
+        let seed = std::env::var("LOOPFLOW_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(1, |d| d.as_nanos() as u64)
+                    | 1
+            });
+        eprintln!("LOOPFLOW_TEST_SEED={seed}");
+        Rng(seed)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 // ---- git -------------------------------------------------------------------------------
 
 /// `git ARGS` in `dir`; panics unless it succeeds. Returns its stdout.

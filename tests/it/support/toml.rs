@@ -295,6 +295,20 @@ impl PipelineToml {
         PipelineToml::default()
     }
 
+    /// The default tick with a `git-commit` node `git` after the commit, its message
+    /// naming the loop and iteration.
+    pub fn tick_with_git() -> PipelineToml {
+        PipelineToml::named("tick-and-git")
+            .node("gate", "gate", &[])
+            .node("floor-check", "floor-check", &["gate"])
+            .harness("implement", "implement", &["floor-check"])
+            .harness("verify", "verify", &["implement"])
+            .verdict("parse", "verify", &["verify"])
+            .commit("commit", &["parse"])
+            .git_commit("git", &["commit"])
+            .with("message = \"loopflow {{loop}}: iteration {{iteration}}\"")
+    }
+
     /// A pipeline with `name = "…"`.
     pub fn named(name: &str) -> PipelineToml {
         let mut top = Table::new("");
