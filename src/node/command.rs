@@ -2,7 +2,7 @@
 //! exposes its exit code and output to downstream nodes.
 
 use crate::diag::Diagnostics;
-use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeRun, NodeSpec, SpawnOpts, show_argv};
+use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeRun, NodeSpec, Spawn, show_argv};
 use crate::reason::Failure;
 use crate::template::Tmpl;
 use crate::toml_read::Table;
@@ -47,13 +47,11 @@ impl NodeSpec for CommandNode {
 
     fn run(&self, ctx: &NodeCtx<'_>) -> NodeRun {
         match ctx.render_argv(&self.argv, ctx.vars()) {
-            Ok(a) => ctx.spawn(
-                &a,
-                SpawnOpts {
-                    timeout: ctx.timeout(),
-                    ..Default::default()
-                },
-            ),
+            Ok(a) => ctx.spawn(Spawn {
+                argv: &a,
+                timeout: ctx.timeout(),
+                ..Default::default()
+            }),
             Err(e) => NodeRun::fail(Failure::Template(e.to_string())),
         }
     }

@@ -99,16 +99,6 @@ pub struct Spawn<'a> {
     pub stderr: PathBuf,
 }
 
-/// How a node wants its process run (all optional).
-#[derive(Debug, Clone, Default)]
-pub struct SpawnOpts {
-    pub timeout: Option<Duration>,
-    pub idle: Option<Duration>,
-    pub stdin: Option<PathBuf>,
-    pub env: Vec<(String, String)>,
-    pub write: Vec<PathBuf>,
-}
-
 /// What a node (and the executor) asks of the tick running it.
 pub trait Host: Sync {
     /// Runs a process to its end (or timeout, or interruption).
@@ -348,24 +338,15 @@ impl<'a> NodeCtx<'a> {
             .collect()
     }
 
-    /// Spawns `argv` for this node: stdout/stderr to `outputs/<N>-<id>.{stdout,stderr}`,
-    /// the loop's environment and sandbox, `opts` on top. A non-zero exit is a failure.
-    pub fn spawn(&self, argv: &[String], opts: SpawnOpts) -> NodeRun {
+    /// Spawns `spawn` for this node: its stdout/stderr go to
+    /// `outputs/<N>-<id>.{stdout,stderr}` (whatever it set there), the loop's environment
+    /// and sandbox on top. A non-zero exit is a failure.
+    pub fn spawn(&self, mut spawn: Spawn<'_>) -> NodeRun {
         let stdout = self.output_file(self.id, "stdout");
         let stderr = self.output_file(self.id, "stderr");
-        let done = self.host.spawn(
-            self.id,
-            &Spawn {
-                argv,
-                timeout: opts.timeout,
-                idle: opts.idle,
-                stdin: opts.stdin,
-                env: opts.env,
-                write: opts.write,
-                stdout: stdout.clone(),
-                stderr: stderr.clone(),
-            },
-        );
+        spawn.stdout.clone_from(&stdout);
+        spawn.stderr.clone_from(&stderr);
+        let done = self.host.spawn(self.id, &spawn);
         // Only the capped head: a runaway agent's gigabytes stay on disk.
         let cut = crate::fs_safe::head(&stdout, OUTPUT_CAP as u64).unwrap_or_default();
         let output = NodeOutput {

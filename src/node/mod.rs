@@ -24,7 +24,7 @@ mod git_commit;
 mod harness;
 mod verdict;
 
-pub use ctx::{ArgvError, Host, NodeCtx, Settled, Spawn, SpawnOpts, Stop, TickScope, Upstream};
+pub use ctx::{ArgvError, Host, NodeCtx, Settled, Spawn, Stop, TickScope, Upstream};
 
 /// A key a node kind accepts besides the common ones, for `check` and the JSON Schema.
 #[derive(Debug, Clone, Copy)]

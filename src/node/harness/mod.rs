@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::config::Role;
 use crate::diag::Diagnostics;
 use crate::node::{
-    Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec, SpawnOpts, show_argv,
+    Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec, Spawn, show_argv,
 };
 use crate::reason::Failure;
 use crate::state::{Event, LogArg};
@@ -259,12 +259,14 @@ impl NodeSpec for HarnessNode {
                 }
             }
         }
-        let opts = SpawnOpts {
+        let spawn = Spawn {
+            argv: &argv,
             timeout,
             idle,
             stdin: agent.stdin_prompt.then(|| prompt_path.clone()),
             env,
             write: agent.sandbox_write.clone(),
+            ..Default::default()
         };
         let usage = agent.usage;
         // The agent's own report (preset `usage` rule): answer, cost, tokens, an error it
@@ -300,7 +302,7 @@ impl NodeSpec for HarnessNode {
             finish(&mut out);
             return NodeRun::Ok(out);
         }
-        match ctx.spawn(&argv, opts) {
+        match ctx.spawn(spawn) {
             NodeRun::Ok(mut o) => match finish(&mut o) {
                 Some(error) => NodeRun::Failed {
                     reason: Failure::Agent(error),
