@@ -80,11 +80,10 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Writes to stdout; a closed pipe (`loopflow check | head`) is not an error.
+/// Writes to stdout through [`crate::out::write`]: a closed pipe (`loopflow check |
+/// head`) is not an error, a full disk is.
 fn out(text: &str) {
-    use std::io::Write;
-    let mut o = std::io::stdout().lock();
-    let _ = o.write_all(text.as_bytes()).and_then(|()| o.flush());
+    crate::out::write(text.as_bytes());
 }
 
 /// Expands a path with glob characters (`*`, `?`, `[`, `{`): the files and directories

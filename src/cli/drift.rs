@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::exit;
+use crate::out::outln;
 
 #[derive(Args, Debug)]
 pub struct DriftArgs {
@@ -28,7 +29,7 @@ pub fn drift(a: DriftArgs) -> i32 {
     match crate::drift::find(&a.repo, &a.dirs) {
         Ok(found) => {
             for d in &found {
-                println!("{}", d.task_json());
+                outln!("{}", d.task_json());
             }
             if a.check && !found.is_empty() {
                 eprintln!(

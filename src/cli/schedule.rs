@@ -11,6 +11,7 @@ use crate::state::{Event, LoopPaths, check_loop_name};
 use crate::tick::RunError;
 
 use super::run::report;
+use crate::out::outln;
 
 #[derive(Args, Debug)]
 pub struct ScheduleArgs {
@@ -279,7 +280,7 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
                 Ok(x) => x,
                 Err(c) => return c,
             };
-            print!("{}", schedule::print_text(p, &target));
+            crate::out::write(schedule::print_text(p, &target).as_bytes());
             exit::OK
         }
         ScheduleAction::Install(t) => {
@@ -295,7 +296,7 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
             match schedule::install(p, &target, &paths) {
                 Ok((r, said)) => {
                     for l in said {
-                        println!("{l}");
+                        outln!("{l}");
                     }
                     // What the platform really does: GitHub fires at most every 5 min,
                     // cron only at intervals it can express.
@@ -309,11 +310,11 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
                     );
                     let exe = r.exe.display().to_string();
                     if exe.contains("/target/debug/") || exe.contains("/target/release/") {
-                        println!(
+                        outln!(
                             "note: the schedule runs {exe}, a cargo build output; `cargo clean` or a rebuild changes it. Install loopflow (cargo install --path .) and run install again from there"
                         );
                     }
-                    println!(
+                    outln!(
                         "installed a {} schedule for loop {} ({cadence}); undo with `loopflow schedule uninstall --loop {}`",
                         r.platform.name(),
                         t.loop_name,
@@ -337,7 +338,7 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
             match schedule::uninstall(&paths) {
                 Ok(said) => {
                     for s in said {
-                        println!("{s}");
+                        outln!("{s}");
                     }
                     if paths.dir.is_dir() {
                         let _ = paths.log(
@@ -378,7 +379,7 @@ pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
             match crate::worktree::gc(project, &o) {
                 Ok(r) => {
                     for l in &r.lines {
-                        println!("{l}");
+                        outln!("{l}");
                     }
                     if r.kept > 0 {
                         eprintln!(
@@ -425,7 +426,7 @@ fn restore(project: &Path, name: &str) -> i32 {
     }
     match crate::worktree::restore(&paths) {
         Ok(r) if !r.created => {
-            println!(
+            outln!(
                 "loop {name}'s worktree is at {} (nothing to do)",
                 r.path.display()
             );
@@ -437,7 +438,7 @@ fn restore(project: &Path, name: &str) -> i32 {
             } else {
                 "a new branch from HEAD"
             };
-            println!(
+            outln!(
                 "restored loop {name}'s worktree at {} on {} ({from})",
                 r.path.display(),
                 r.branch
