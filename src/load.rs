@@ -24,6 +24,9 @@ pub struct Loaded {
     /// prompts it checked), so the tick's tamper check starts from exactly what it runs
     /// without reading them all again.
     pub digests: Vec<(PathBuf, u64)>,
+    /// The prompt files as this load read and checked them: the tick renders these
+    /// texts, not a second read of the files.
+    pub prompts: Vec<(PathBuf, crate::diag::SourceRef)>,
 }
 
 /// Why a loop could not be loaded. `Config` is exit 3, `Io` exit 4.
@@ -157,6 +160,7 @@ pub fn load(
             pipeline,
             pipeline_path,
             digests,
+            prompts,
         }),
         _ => Err(LoadError::Config(diags)),
     }

@@ -44,6 +44,8 @@ pub struct TickScope<'a> {
     /// ([`super::NodeSpec::wants_baseline`]); `Err` says why it could not be taken.
     pub baseline: Option<&'a Result<super::git_commit::Baseline, super::git_commit::BaselineError>>,
     pub config: &'a LoopConfig,
+    /// The prompt files as the load read and checked them (path, text).
+    pub prompts: &'a [(std::path::PathBuf, crate::diag::SourceRef)],
     /// The state as it was when the tick started.
     pub state: &'a State,
     /// The tick number: `iteration_count + 1`.

@@ -92,6 +92,7 @@ impl<'a> Tick<'a> {
             cache_dir: &self.cache_dir,
             baseline: self.baseline.as_ref(),
             config: &self.loaded.config,
+            prompts: &self.loaded.prompts,
             state: self.state,
             tick,
             cwd: self.cwd,

@@ -126,12 +126,22 @@ impl HarnessNode {
             );
         }
         let render = |path: &std::path::Path| -> Result<String, PrepareError> {
-            let text =
-                crate::fs_safe::read_to_string(path).map_err(|error| PrepareError::Read {
-                    path: path.to_path_buf(),
-                    error,
-                })?;
-            ctx.render_with(&text, &vars)
+            // The text the load checked (and digested); read only a prompt it did not.
+            let loaded = ctx.scope().prompts.iter().find(|(p, _)| p == path);
+            let read;
+            let text = match loaded {
+                Some((_, src)) => src.text.as_str(),
+                None => {
+                    read = crate::fs_safe::read_to_string(path).map_err(|error| {
+                        PrepareError::Read {
+                            path: path.to_path_buf(),
+                            error,
+                        }
+                    })?;
+                    read.as_str()
+                }
+            };
+            ctx.render_with(text, &vars)
                 .map_err(|error| PrepareError::Render {
                     path: path.to_path_buf(),
                     error,
