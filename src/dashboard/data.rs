@@ -106,13 +106,13 @@ impl LogScan {
     }
 
     fn line(&mut self, line: &str) {
-        let mut words = line.split(' ');
-        let (_, event) = (words.next(), words.next());
-        match event {
-            Some("HALT") => {
-                let reason: HaltReason = words
-                    .next()
-                    .unwrap_or("")
+        // The log's own parser: a timestamp, an event, quoted values unquoted.
+        let entry = crate::state::log::parse_line(line);
+        match entry.as_ref().map(|e| (e.event.as_str(), e)) {
+            Some(("HALT", e)) => {
+                let reason: HaltReason = e
+                    .words
+                    .join(" ")
                     .parse()
                     .unwrap_or_else(|never| match never {});
                 let death = reason.death();
@@ -120,17 +120,12 @@ impl LogScan {
                     self.deaths[i] += 1;
                 }
             }
-            Some("TICK") => {
-                let mut p = (None, None, None);
-                for w in words {
-                    match w.split_once('=') {
-                        Some(("iter", v)) => p.0 = v.parse().ok(),
-                        Some(("score", v)) => p.1 = v.parse::<f64>().ok(),
-                        Some(("pass", v)) => p.2 = v.parse().ok(),
-                        _ => {}
-                    }
-                }
-                if let (Some(iteration), Some(score), Some(pass)) = p
+            Some(("TICK", e)) => {
+                let arg = |k: &str| e.args.get(k).map(String::as_str);
+                let iteration = arg("iter").and_then(|v| v.parse().ok());
+                let score = arg("score").and_then(|v| v.parse::<f64>().ok());
+                let pass = arg("pass").and_then(|v| v.parse().ok());
+                if let (Some(iteration), Some(score), Some(pass)) = (iteration, score, pass)
                     && score.is_finite()
                 {
                     self.points.push_back(Point {
@@ -308,7 +303,7 @@ mod tests {
         let log = dir.path().join(".state.log");
         std::fs::write(
             &log,
-            "t TICK pass=false score=0.4 iter=1\nt HALT goal_met detail=x\nt HALT lunch break\nt HALT budget_exhausted:usd\nt TICK pass=true scor",
+            "2026-12-01T00:00:00Z TICK pass=false score=0.4 iter=1\n2026-12-01T00:00:00Z HALT goal_met detail=x\n2026-12-01T00:00:00Z HALT lunch break\n2026-12-01T00:00:00Z HALT budget_exhausted:usd\n2026-12-01T00:00:00Z TICK pass=true scor",
         )
         .unwrap();
         let mut s = LogScan::default();
@@ -324,21 +319,25 @@ mod tests {
         );
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
-        f.write_all(b"e=0.9 iter=2\nt HALT iterations_exhausted\n")
+        f.write_all(b"e=0.9 iter=2\n2026-12-01T00:00:00Z HALT iterations_exhausted\n")
             .unwrap();
         let new = s.update(&log);
         assert_eq!(
             new,
             [
-                "t TICK pass=true score=0.9 iter=2",
-                "t HALT iterations_exhausted"
+                "2026-12-01T00:00:00Z TICK pass=true score=0.9 iter=2",
+                "2026-12-01T00:00:00Z HALT iterations_exhausted"
             ]
         );
         assert_eq!(s.deaths, [1, 1, 0, 1, 1]);
         assert_eq!(s.points.len(), 2);
         assert!(s.update(&log).is_empty());
         // Truncated: scanned afresh.
-        std::fs::write(&log, "t HALT verifier_failed:unparseable\n").unwrap();
+        std::fs::write(
+            &log,
+            "2026-12-01T00:00:00Z HALT verifier_failed:unparseable\n",
+        )
+        .unwrap();
         s.update(&log);
         assert_eq!(s.deaths, [0, 0, 1, 0, 0]);
     }
