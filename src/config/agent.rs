@@ -97,12 +97,12 @@ impl AgentKeys {
 
 /// Resolves a role's agent from its own keys and (unless the role names its own `preset`
 /// or `command`, and so runs another agent) `[harness]`'s, each over its preset, with
-/// `default` (the [`DEFAULT_PRESET`]) as the last resort when neither names an agent.
+/// `default()` (the [`DEFAULT_PRESET`]) as the last resort when neither names an agent.
 pub(super) fn resolve(
     role: &str,
     own: Option<&AgentKeys>,
     harness: &AgentKeys,
-    default: &AgentKeys,
+    default: fn() -> &'static AgentKeys,
 ) -> Agent {
     let names_agent = |k: &AgentKeys| k.preset.is_some() || k.command.is_some();
     let standalone = own.is_some_and(names_agent);
@@ -111,7 +111,8 @@ pub(super) fn resolve(
         layers.push(harness);
     }
     if !layers.iter().any(|k| names_agent(k)) {
-        layers.push(default);
+        // Parsed on first use only: a loop that names its agent never pays for it.
+        layers.push(default());
     }
     // A layer's own key, else its preset's (read in place: copying the whole preset to
     // read one key was a sixth of `report`'s CPU).

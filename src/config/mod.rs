@@ -254,7 +254,7 @@ impl LoopConfig {
             role,
             self.roles.get(role).map(|r| &r.agent),
             &self.harness,
-            default_agent(),
+            default_agent,
         )
     }
 

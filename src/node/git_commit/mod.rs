@@ -62,6 +62,14 @@ fn halt(detail: String) -> NodeRun {
     }
 }
 
+/// The loop's blast radius, compiled only once there is a change to judge (its globs
+/// were checked when the loop loaded; compiling them is most of an idle tick's cost).
+fn radius(ctx: &NodeCtx<'_>) -> Result<Radius, Failure> {
+    let cfg = ctx.config();
+    Radius::new(ctx.scope().cwd, &cfg.allow, &cfg.deny)
+        .map_err(|e| Failure::BlastRadius(e.to_string()))
+}
+
 fn failed(e: impl std::fmt::Display) -> NodeRun {
     NodeRun::fail(Failure::Git(e.to_string()))
 }
@@ -82,12 +90,8 @@ impl NodeSpec for GitCommitNode {
             Some(Err(why)) => return halt(format!("{}: {why}", scope.cwd.display())),
             None => return failed("the tick took no baseline to compare against"),
         };
-        let radius = match Radius::new(scope.cwd, &ctx.config().allow, &ctx.config().deny) {
-            Ok(r) => r,
-            Err(e) => return NodeRun::fail(Failure::BlastRadius(e.to_string())),
-        };
         match baseline {
-            Baseline::Branch { linked, base } => self.land(ctx, &radius, linked, base),
+            Baseline::Branch { linked, base } => self.land(ctx, linked, base),
             Baseline::TooLarge => {
                 ctx.warn(format!(
                     "more than {} files in a project without git: the tick's changes were not checked against the blast radius",
@@ -100,6 +104,13 @@ impl NodeSpec for GitCommitNode {
                 let changed = match other.changed_since(scope.cwd) {
                     Ok(c) => c,
                     Err(e) => return failed(e),
+                };
+                if changed.is_empty() {
+                    return NodeRun::Ok(NodeOutput::default());
+                }
+                let radius = match radius(ctx) {
+                    Ok(r) => r,
+                    Err(why) => return NodeRun::fail(why),
                 };
                 let refused: Vec<Refused> = changed
                     .iter()
@@ -141,7 +152,7 @@ impl GitCommitNode {
 
     /// Worktree: stage everything, compare the staged tree with the tick's base, and
     /// either make it one commit on the base or put the branch back on the base.
-    fn land(&self, ctx: &NodeCtx<'_>, radius: &Radius, linked: &Linked, base: &str) -> NodeRun {
+    fn land(&self, ctx: &NodeCtx<'_>, linked: &Linked, base: &str) -> NodeRun {
         // The worktree must still be the one the tick began in.
         if let Err(why) = Linked::open(ctx.scope().project, &linked.work_tree, &linked.branch) {
             return halt(format!("{}: {why}", linked.work_tree.display()));
@@ -175,10 +186,18 @@ impl GitCommitNode {
             Ok(c) => c,
             Err(e) => return failed(e),
         };
-        let refused: Vec<Refused> = changes
-            .iter()
-            .filter_map(|c| in_tree(radius, linked, c).err())
-            .collect();
+        let refused: Vec<Refused> = if changes.is_empty() {
+            Vec::new()
+        } else {
+            let radius = match radius(ctx) {
+                Ok(r) => r,
+                Err(why) => return NodeRun::fail(why),
+            };
+            changes
+                .iter()
+                .filter_map(|c| in_tree(&radius, linked, c).err())
+                .collect()
+        };
         let head = linked.rev(&linked.branch);
         if !refused.is_empty() {
             // Branch and index back where the tick found them; the files stay for review.
