@@ -104,26 +104,9 @@ pub(super) fn resolve(
     harness: &AgentKeys,
     default: fn() -> &'static AgentKeys,
 ) -> Agent {
-    let names_agent = |k: &AgentKeys| k.preset.is_some() || k.command.is_some();
-    let standalone = own.is_some_and(names_agent);
-    let mut layers: Vec<&AgentKeys> = own.into_iter().collect();
-    if !standalone {
-        layers.push(harness);
-    }
-    if !layers.iter().any(|k| names_agent(k)) {
-        // Parsed on first use only: a loop that names its agent never pays for it.
-        layers.push(default());
-    }
-    // A layer's own key, else its preset's (read in place: copying the whole preset to
-    // read one key was a sixth of `report`'s CPU).
-    let pick = |own: &dyn Fn(&AgentKeys) -> Option<Vec<Tmpl>>,
-                preset: &dyn Fn(&Preset) -> Vec<Tmpl>| {
-        layers
-            .iter()
-            .find_map(|k| own(k).or_else(|| k.preset.as_deref().map(preset)))
-    };
-    let command = pick(&|k| k.command.clone(), &|p| p.command.clone()).unwrap_or_default();
-    let model_args = pick(&|k| k.model_args.clone(), &|p| p.model_args.clone()).unwrap_or_default();
+    let layers = layers(own, harness, default);
+    let command = pick(&layers, |k| &k.command, |p| &p.command);
+    let model_args = pick(&layers, |k| &k.model_args, |p| &p.model_args);
     let mut usage = UsageRule::default();
     for k in &layers {
         usage = usage.over(&k.usage);
@@ -131,16 +114,7 @@ pub(super) fn resolve(
             usage = usage.over(&p.usage);
         }
     }
-    // The preset that supplies the command also supplies how it is run; a command of the
-    // loop's own takes nothing from any preset.
-    let runs = layers.iter().find_map(|k| {
-        if k.command.is_some() {
-            Some(None)
-        } else {
-            k.preset.as_ref().map(Some)
-        }
-    });
-    let preset = runs.flatten();
+    let preset = runner(&layers);
     Agent {
         preset: preset.map(|p| p.name),
         command,
@@ -160,4 +134,77 @@ pub(super) fn resolve(
             .unwrap_or_default(),
         usage,
     }
+}
+
+/// The argv templates of [`resolve`]'s agent only — its command, `model_args` when
+/// `with_model`, the preset's arguments for `role` — without the environment, sandbox
+/// paths and usage rules, which `check` and `status` never need.
+pub(super) fn command(
+    role: &str,
+    own: Option<&AgentKeys>,
+    harness: &AgentKeys,
+    default: fn() -> &'static AgentKeys,
+    with_model: bool,
+) -> Vec<Tmpl> {
+    let layers = layers(own, harness, default);
+    let mut argv = pick(&layers, |k| &k.command, |p| &p.command);
+    if with_model {
+        argv.extend(pick(&layers, |k| &k.model_args, |p| &p.model_args));
+    }
+    if let Some(args) = runner(&layers).and_then(|p| p.role_args.get(role)) {
+        argv.extend(args.iter().cloned());
+    }
+    argv
+}
+
+/// The keys a role's agent is read from, nearest first: its own; `[harness]`'s unless
+/// the role names its own `preset` or `command`; the default preset when neither names
+/// an agent (parsed on first use only: a loop that names its agent never pays for it).
+fn layers<'a>(
+    own: Option<&'a AgentKeys>,
+    harness: &'a AgentKeys,
+    default: fn() -> &'static AgentKeys,
+) -> Vec<&'a AgentKeys> {
+    let names_agent = |k: &AgentKeys| k.preset.is_some() || k.command.is_some();
+    let standalone = own.is_some_and(names_agent);
+    let mut layers: Vec<&AgentKeys> = own.into_iter().collect();
+    if !standalone {
+        layers.push(harness);
+    }
+    if !layers.iter().any(|k| names_agent(k)) {
+        layers.push(default());
+    }
+    layers
+}
+
+/// A layer's own key, else its preset's, nearest layer first (read in place: copying
+/// the whole preset to read one key was a sixth of `report`'s CPU).
+fn pick(
+    layers: &[&AgentKeys],
+    own: impl Fn(&AgentKeys) -> &Option<Vec<Tmpl>>,
+    preset: impl Fn(&Preset) -> &Vec<Tmpl>,
+) -> Vec<Tmpl> {
+    layers
+        .iter()
+        .find_map(|k| {
+            own(k)
+                .clone()
+                .or_else(|| k.preset.as_deref().map(|p| preset(p).clone()))
+        })
+        .unwrap_or_default()
+}
+
+/// The preset that supplies the command also supplies how it is run; a command of the
+/// loop's own takes nothing from any preset.
+fn runner<'a>(layers: &[&'a AgentKeys]) -> Option<&'a Preset> {
+    layers
+        .iter()
+        .find_map(|k| {
+            if k.command.is_some() {
+                Some(None)
+            } else {
+                k.preset.as_deref().map(Some)
+            }
+        })
+        .flatten()
 }

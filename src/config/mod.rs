@@ -261,13 +261,14 @@ impl LoopConfig {
     /// The argv templates a role runs: its agent's command, the agent's model flags when
     /// the role names a `model`, then the preset's arguments for the role.
     pub fn command_for(&self, role: &str) -> Vec<Tmpl> {
-        let agent = self.agent(role);
-        let mut argv = agent.command;
-        if self.roles.get(role).is_some_and(|r| r.model.is_some()) {
-            argv.extend(agent.model_args);
-        }
-        argv.extend(agent.role_args);
-        argv
+        let own = self.roles.get(role);
+        agent::command(
+            role,
+            own.map(|r| &r.agent),
+            &self.harness,
+            default_agent,
+            own.is_some_and(|r| r.model.is_some()),
+        )
     }
 
     pub fn effective_max_iterations(&self, extra: u64) -> u64 {

@@ -30,17 +30,13 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     if !text.contains("{{") {
         return Ok(Vec::new());
     }
-    if let Some(usages) = plain_usages(text) {
-        return Ok(usages);
-    }
-    check_blocks(text)?;
     // Plain `{{a.b}}` mustaches cannot be a syntax error: leave handlebars' (slow) parser
     // for rendering time, so `check` on a 10,000-node pipeline stays cheap.
-    if let Err(e) = if only_plain_mustaches(text) {
-        Ok(())
-    } else {
-        compiled(text).map(|_| ())
-    } {
+    if only_plain_mustaches(text) {
+        return Ok(plain_usages(text));
+    }
+    check_blocks(text)?;
+    if let Err(e) = compiled(text) {
         let range = e
             .pos()
             .map(|(line, col)| {
@@ -124,17 +120,16 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     Ok(usages)
 }
 
-/// The common case of argv elements, `--cwd={{cwd}}`: when every mustache is a plain
-/// path, its usages without the general tokenizer.
-fn plain_usages(text: &str) -> Option<Vec<Usage>> {
-    if !only_plain_mustaches(text) {
-        return None;
-    }
+/// The common case of argv elements, `--cwd={{cwd}}`: the usages of a text whose every
+/// mustache is a plain path ([`only_plain_mustaches`]), without the general tokenizer.
+fn plain_usages(text: &str) -> Vec<Usage> {
     let mut out = Vec::new();
     let mut i = 0;
     while let Some(found) = find2(&text[i..], b'{') {
         let open = i + found + 2;
-        let close = open + find2(&text[open..], b'}')?;
+        let Some(close) = find2(&text[open..], b'}').map(|c| open + c) else {
+            break;
+        };
         let raw = &text[open..close];
         let start = open + (raw.len() - raw.trim_start().len());
         let name = raw.trim();
@@ -144,7 +139,7 @@ fn plain_usages(text: &str) -> Option<Vec<Usage>> {
         });
         i = close + 2;
     }
-    Some(out)
+    out
 }
 
 /// Whether every mustache in `text` is a plain variable path (`{{ nodes.x-y.exit_code }}`):
@@ -202,12 +197,13 @@ fn skip_raw_block(text: &str, open: usize) -> Option<usize> {
     )
 }
 
-/// Position of the first doubled byte (`{{` or `}}`). A plain byte scan: `str::find`
-/// with a two-byte pattern builds a searcher per call, which dominated `check`.
+/// Position of the first doubled byte (`{{` or `}}`). `memchr` for the byte, then a
+/// look at the next: `str::find` with a two-byte pattern builds a searcher per call,
+/// which dominated `check`, and a byte-at-a-time loop dominated loading a loop's prompts.
 pub(super) fn find2(s: &str, b: u8) -> Option<usize> {
     let bytes = s.as_bytes();
     let mut from = 0;
-    while let Some(p) = bytes[from..].iter().position(|&x| x == b) {
+    while let Some(p) = memchr::memchr(b, &bytes[from..]) {
         let at = from + p;
         if bytes.get(at + 1) == Some(&b) {
             return Some(at);
@@ -408,25 +404,26 @@ pub fn legacy_placeholders(text: &str) -> Vec<(String, Range<usize>)> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'{' {
-            if bytes.get(i + 1) == Some(&b'{') {
-                // skip a whole mustache
-                i = find2(&text[i..], b'}').map_or(bytes.len(), |p| i + p + 2);
-                continue;
-            }
-            let rest = &text[i + 1..];
-            let name_len = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            if name_len > 0
-                && rest[name_len..].starts_with('}')
-                && rest.as_bytes()[0].is_ascii_alphabetic()
-            {
-                out.push((rest[..name_len].to_string(), i..i + name_len + 2));
-                i += name_len + 2;
-                continue;
-            }
+    while let Some(p) = memchr::memchr(b'{', &bytes[i..]) {
+        i += p;
+        if bytes.get(i + 1) == Some(&b'{') {
+            // skip a whole mustache
+            i = find2(&text[i..], b'}').map_or(bytes.len(), |p| i + p + 2);
+            continue;
+        }
+        let rest = &bytes[i + 1..];
+        let name_len = rest
+            .iter()
+            .position(|&c| !(c.is_ascii_alphanumeric() || c == b'_'))
+            .unwrap_or(rest.len());
+        if name_len > 0 && rest.get(name_len) == Some(&b'}') && rest[0].is_ascii_alphabetic() {
+            // ASCII throughout, so these are character boundaries.
+            out.push((
+                text[i + 1..i + 1 + name_len].to_string(),
+                i..i + name_len + 2,
+            ));
+            i += name_len + 2;
+            continue;
         }
         i += 1;
     }
