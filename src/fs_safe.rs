@@ -24,7 +24,7 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
 }
 
 /// [`open_regular`], with the file's length (from the same `fstat`).
-fn open_regular_len(path: &Path) -> io::Result<(File, u64)> {
+pub fn open_regular_len(path: &Path) -> io::Result<(File, u64)> {
     let mut o = OpenOptions::new();
     o.read(true);
     nonblocking(&mut o);
@@ -40,11 +40,31 @@ fn not_regular() -> io::Error {
     io::Error::other("is not a regular file; loopflow reads and writes only regular files here")
 }
 
-/// A buffer for reading `len` bytes (at most `cap`) in one `read`, plus the one that
-/// sees the end: without it, `read_to_end` starts at 32 bytes and doubles, six to nine
-/// reads for a small file.
-fn buffer(len: u64, cap: u64) -> Vec<u8> {
-    Vec::with_capacity(usize::try_from(len.min(cap)).unwrap_or(0).saturating_add(1))
+/// Appends at most `cap` bytes read from `f`'s position to `out`, for a file of about
+/// `len` bytes from there: one `read` of `len + 1` bytes, and when it comes back short
+/// that was the end (a regular file returns fewer bytes than asked only at its end), so
+/// a small file costs one `read` instead of `read_to_end`'s 32-byte probe, growth and
+/// final empty read. A file that grew since its `fstat` is read on to the end (or `cap`).
+pub fn read_capped(f: &mut File, len: u64, cap: u64, out: &mut Vec<u8>) -> io::Result<()> {
+    let fit = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let want = fit(len.min(cap)).saturating_add(1).min(fit(cap));
+    let start = out.len();
+    out.resize(start + want, 0);
+    let n = loop {
+        match f.read(&mut out[start..]) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                out.truncate(start);
+                return Err(e);
+            }
+        }
+    };
+    out.truncate(start + n);
+    if n < want || n as u64 >= cap {
+        return Ok(());
+    }
+    f.take(cap - n as u64).read_to_end(out).map(|_| ())
 }
 
 /// Refuses anything but a regular file.
@@ -73,9 +93,9 @@ pub fn nonblocking(o: &mut OpenOptions) -> &mut OpenOptions {
 
 /// At most the first `cap` bytes of `path`.
 pub fn head(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
-    let (f, len) = open_regular_len(path)?;
-    let mut out = buffer(len, cap);
-    f.take(cap).read_to_end(&mut out)?;
+    let (mut f, len) = open_regular_len(path)?;
+    let mut out = Vec::new();
+    read_capped(&mut f, len, cap, &mut out)?;
     Ok(out)
 }
 
@@ -85,8 +105,8 @@ pub fn tail(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     if len > cap {
         f.seek(SeekFrom::Start(len - cap))?;
     }
-    let mut out = buffer(len, cap);
-    f.take(cap).read_to_end(&mut out)?;
+    let mut out = Vec::new();
+    read_capped(&mut f, len.min(cap), cap, &mut out)?;
     Ok(out)
 }
 

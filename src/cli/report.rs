@@ -60,7 +60,7 @@ fn write_page(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 pub fn report(project: &Path, a: ReportArgs) -> i32 {
-    let model = Model::new(project, super::status::row_of);
+    let model = Model::once(project, super::status::row_of);
     let page = model.page(Mode::Static);
     if a.html.as_os_str() == "-" {
         // A closed stdout (`| head`) ends the command quietly; a full disk does not.

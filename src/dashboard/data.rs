@@ -5,7 +5,7 @@
 //! scan stopped, so the cost of a refresh is a few `stat`s per unchanged loop.
 
 use std::collections::VecDeque;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Seek, SeekFrom};
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -59,10 +59,9 @@ impl LogScan {
     /// afresh.
     pub fn update(&mut self, path: &Path) -> Vec<String> {
         // Never a plain open: a FIFO in place of the log would block the server.
-        let Ok(mut f) = crate::fs_safe::open_regular(path) else {
+        let Ok((mut f, len)) = crate::fs_safe::open_regular_len(path) else {
             return Vec::new();
         };
-        let len = f.metadata().map_or(0, |m| m.len());
         if len < self.offset {
             *self = LogScan::default();
         }
@@ -75,7 +74,8 @@ impl LogScan {
         }
         let mut buf = std::mem::take(&mut self.carry);
         let start = buf.len();
-        if f.take(len - self.offset).read_to_end(&mut buf).is_err() {
+        let new = len - self.offset;
+        if crate::fs_safe::read_capped(&mut f, new, new, &mut buf).is_err() {
             return Vec::new();
         }
         self.offset += (buf.len() - start) as u64;
@@ -227,7 +227,8 @@ pub fn view(
     prev: Option<LoopView>,
 ) -> (LoopView, Vec<String>) {
     let paths = LoopPaths::new(project, name);
-    let state = if paths.state.exists() {
+    let has_state = paths.state.exists();
+    let state = if has_state {
         paths
             .load()
             .map_err(|e| format!("the state file does not load: {e}"))
@@ -243,7 +244,7 @@ pub fn view(
     let loaded = state
         .is_ok()
         .then(|| crate::load::load(&paths, None, project));
-    let row = if paths.state.exists() {
+    let row = if has_state {
         let known = match (&state, &loaded) {
             (Ok(s), Some(Ok(l))) => Some((s, &l.config)),
             _ => None,

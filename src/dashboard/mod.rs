@@ -35,6 +35,9 @@ struct Entry {
 pub struct Model {
     project: PathBuf,
     row_fn: RowFn,
+    /// Whether [`Model::refresh`] will be called again: only then does each loop's
+    /// [`Fingerprint`] (a `stat` of four files) earn its cost.
+    watch: bool,
     entries: BTreeMap<String, Entry>,
     version: u64,
     /// (sequence number, loop, line), oldest first.
@@ -43,12 +46,22 @@ pub struct Model {
 }
 
 impl Model {
-    /// A model of `project`, read once.
+    /// A model of `project`, kept current by [`Model::refresh`] (the dashboard).
     pub fn new(project: &Path, row_fn: RowFn) -> Model {
+        Model::read(project, row_fn, true)
+    }
+
+    /// A model of `project` read once and never refreshed (`report`).
+    pub fn once(project: &Path, row_fn: RowFn) -> Model {
+        Model::read(project, row_fn, false)
+    }
+
+    fn read(project: &Path, row_fn: RowFn, watch: bool) -> Model {
         let mut m = Model {
             // Absolute, so the commands the page shows work from any directory.
             project: std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf()),
             row_fn,
+            watch,
             entries: BTreeMap::new(),
             version: 0,
             log: VecDeque::new(),
@@ -72,7 +85,11 @@ impl Model {
         changed |= self.entries.len() != before;
         let mut new_lines: Vec<(String, String)> = Vec::new();
         for name in &names {
-            let fp = Fingerprint::of(&self.project, name);
+            let fp = if self.watch {
+                Fingerprint::of(&self.project, name)
+            } else {
+                Fingerprint::default()
+            };
             if self.entries.get(name).is_some_and(|e| e.fp == fp) {
                 continue;
             }

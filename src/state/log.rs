@@ -3,7 +3,7 @@
 //! the readers here (the last `TICK`, halts logged during a tick) are bounded.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 use super::{StateError, io_err, now};
@@ -139,8 +139,7 @@ pub fn append(path: &Path, event: Event, args: &[LogArg<'_>]) -> Result<String, 
 /// tick ~440,000 instructions).
 pub fn last_tick(path: &Path) -> Option<u64> {
     // Never a plain open: a FIFO in place of the log would block it (and the tick).
-    let mut f = crate::fs_safe::open_regular(path).ok()?;
-    let len = f.metadata().ok()?.len();
+    let (mut f, len) = crate::fs_safe::open_regular_len(path).ok()?;
     let start = len.saturating_sub(64 * 1024);
     let near = len.saturating_sub(4 * 1024);
     if near > start {
@@ -160,8 +159,8 @@ pub fn last_tick(path: &Path) -> Option<u64> {
 
 fn read_range(f: &mut File, from: u64, to: u64) -> Option<Vec<u8>> {
     f.seek(SeekFrom::Start(from)).ok()?;
-    let mut buf = Vec::with_capacity(usize::try_from(to - from).ok()?.saturating_add(1));
-    f.take(to - from).read_to_end(&mut buf).ok()?;
+    let mut buf = Vec::new();
+    crate::fs_safe::read_capped(f, to - from, to - from, &mut buf).ok()?;
     Some(buf)
 }
 
@@ -187,13 +186,13 @@ fn last_tick_in(lines: &[u8]) -> Option<u64> {
 /// tick), for when the state file no longer shows it. `None` when there is none.
 pub fn halt_since(path: &Path, start: u64) -> Option<String> {
     // Never a plain open: a FIFO in place of the log would block it (and the tick).
-    let mut f = crate::fs_safe::open_regular(path).ok()?;
-    let len = f.metadata().ok()?.len();
+    let (mut f, len) = crate::fs_safe::open_regular_len(path).ok()?;
     // Bounded: the newest 4 MiB of this tick's events at most.
     let from = start.max(len.saturating_sub(4 << 20));
     f.seek(SeekFrom::Start(from)).ok()?;
-    let mut text = String::new();
-    f.take(4 << 20).read_to_string(&mut text).ok()?;
+    let mut bytes = Vec::new();
+    crate::fs_safe::read_capped(&mut f, len.saturating_sub(from), 4 << 20, &mut bytes).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     let prefix = format!("{} ", Event::Halt.as_str());
     text.lines()
         .filter_map(|l| l.split_once(' ').map(|(_, rest)| rest))
