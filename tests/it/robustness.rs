@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::support::{
     LoopToml, Project, Rng, live_group_members, standard_agent, wait_for_file, wait_group_gone,
+    wait_until,
 };
 use serde_json::Value;
 
@@ -464,6 +465,14 @@ exit 0"#
         .trim()
         .parse()
         .unwrap();
+    // The agent can write its pid before loopflow has recorded its group (loopflow
+    // records it once the spawn returns): this test is about a recorded group, so the
+    // kill waits for the record. (Processes killed before it are found by the loop's
+    // marks instead: tests/it/sandbox.rs, `kill_9`.)
+    let lock = p.loop_dir("l").join(".lock");
+    wait_until("the agent's group recorded in .lock", || {
+        std::fs::read_to_string(&lock).is_ok_and(|t| t.contains(&format!("pgid {pgid}\n")))
+    });
     // SAFETY: kills our own child, the way an OOM killer or `kill -9` would.
     unsafe { libc::kill(run.id() as i32, libc::SIGKILL) };
     run.wait().unwrap();
