@@ -1,7 +1,9 @@
 //! The static scanner: every variable path a template uses, with its exact character
 //! range, and block balance reported at the tag that is wrong.
 
+use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::{Mutex, OnceLock};
 
 use super::engine::compiled;
 
@@ -26,10 +28,34 @@ pub struct ScanError {
 }
 
 /// Every variable path used outside `#each`/`#with` blocks (whose context changes), in order.
+///
+/// Remembered per text for the process's first [`MEMO_CAP`] distinct texts: `status`,
+/// `report` and the dashboard check every loop, and loops share texts — the argv of the
+/// agent preset they run, prompts made from one template — which were scanned again for
+/// each. A text never seen is scanned as before; the cap keeps `check` of a pipeline
+/// with thousands of distinct templates from holding them all.
 pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     if !text.contains("{{") {
         return Ok(Vec::new());
     }
+    type Memo = Mutex<HashMap<String, Result<Vec<Usage>, ScanError>>>;
+    static MEMO: OnceLock<Memo> = OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some(r) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(text) {
+        return r.clone();
+    }
+    let r = scan_text(text);
+    let mut m = memo.lock().unwrap_or_else(|e| e.into_inner());
+    if m.len() < MEMO_CAP {
+        m.insert(text.to_string(), r.clone());
+    }
+    r
+}
+
+/// How many distinct texts [`scan`] remembers.
+const MEMO_CAP: usize = 1024;
+
+fn scan_text(text: &str) -> Result<Vec<Usage>, ScanError> {
     // Plain `{{a.b}}` mustaches cannot be a syntax error: leave handlebars' (slow) parser
     // for rendering time, so `check` on a 10,000-node pipeline stays cheap.
     if only_plain_mustaches(text) {
