@@ -105,14 +105,15 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
             } else {
                 outln!("created loop `{}` in {}", a.loop_name, paths.dir.display());
             }
-            if !a.no_worktree {
+            let config = crate::load::config(&paths, project).ok();
+            // What the loop's own loop.toml says (an adopted one may turn worktrees off).
+            if config.as_ref().map_or(!a.no_worktree, |c| c.worktree) {
                 outln!(
                     "  worktree: {} (branch loopflow/{})",
                     paths.worktree.display(),
                     a.loop_name
                 );
             }
-            let config = crate::load::config(&paths, project).ok();
             if let Some(c) = &config {
                 agent_note(c);
             }

@@ -152,10 +152,18 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
     };
     let mut rows = Vec::new();
     let mut errors = Vec::new();
+    // A committed loop.toml without state (a fresh clone): a loop nobody started yet.
+    let mut unstarted = Vec::new();
     for n in &names {
         match status_row(project, n) {
             Ok(r) => rows.push(r),
-            Err(NoRow::Untracked) => {}
+            Err(NoRow::Untracked) => {
+                // Never started: no state and no log either (a lost state leaves its log).
+                let paths = LoopPaths::new(project, n);
+                if !paths.log.exists() && paths.config().is_file() {
+                    unstarted.push(n.clone());
+                }
+            }
             Err(NoRow::Unreadable(e)) => {
                 eprintln!("error: {e}");
                 errors.push(json!({"name": n, "error": e}));
@@ -170,15 +178,28 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
     if a.json {
         outln!(
             "{}",
-            out::json(&json!({ "loops": rows, "errors": errors }), true)
+            out::json(
+                &json!({ "loops": rows, "errors": errors, "unstarted": unstarted }),
+                true
+            )
         );
         return code;
     }
+    let not_started = || {
+        for n in &unstarted {
+            outln!(
+                "not started: {n} has a loop.toml but no state yet (`loopflow create --loop {n}` starts it as committed)"
+            );
+        }
+    };
     if rows.is_empty() && errors.is_empty() {
-        outln!(
-            "no loops in {} (create one with `loopflow create --loop NAME`)",
-            project.display()
-        );
+        if unstarted.is_empty() {
+            outln!(
+                "no loops in {} (create one with `loopflow create --loop NAME`)",
+                project.display()
+            );
+        }
+        not_started();
         return code;
     }
     let table_rows: Vec<serde_json::Value> = rows
@@ -203,6 +224,7 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
             outln!("note: {name}: {}", printable(n.as_str().unwrap_or("")));
         }
     }
+    not_started();
     // What the kernel can confine (each loop's `[sandbox] mode` is in `--json`).
     outln!("sandbox: {}", crate::sandbox::kernel_summary());
     code

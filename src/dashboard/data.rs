@@ -166,6 +166,9 @@ pub struct LoopView {
     pub row: Option<Value>,
     /// Why the state does not load, as `status --json` lists it under `errors`.
     pub row_error: Option<String>,
+    /// A committed `loop.toml` without state yet, as `status --json` lists it under
+    /// `unstarted`.
+    pub unstarted: bool,
     pub state: Option<State>,
     /// Why the loop cannot tick, when it cannot.
     pub broken: Option<String>,
@@ -228,10 +231,16 @@ pub fn view(
 ) -> (LoopView, Vec<String>) {
     let paths = LoopPaths::new(project, name);
     let has_state = paths.state.exists();
+    // Never started: no state and no log either (a lost state leaves its log).
+    let unstarted = !has_state && !paths.log.exists() && paths.config().is_file();
     let state = if has_state {
         paths
             .load()
             .map_err(|e| format!("the state file does not load: {e}"))
+    } else if unstarted {
+        Err(format!(
+            "not started: it has a loop.toml but no state yet (`loopflow create --loop {name}` starts it as committed)"
+        ))
     } else {
         Err(format!(
             "no .state.loop in {}: not a loop loopflow tracks (create one with `loopflow create --loop {name}`)",
@@ -257,6 +266,7 @@ pub fn view(
         name: name.to_string(),
         row: row.as_ref().ok().cloned(),
         row_error: row.err().flatten(),
+        unstarted,
         broken: broken(&paths, &state, &loaded),
         state: state.ok(),
         scan,

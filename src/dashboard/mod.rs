@@ -182,7 +182,13 @@ impl Model {
                 Some(json!({ "name": name, "error": err }))
             })
             .collect();
-        json!({ "loops": rows, "errors": errors })
+        let unstarted: Vec<&String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.view.unstarted)
+            .map(|(name, _)| name)
+            .collect();
+        json!({ "loops": rows, "errors": errors, "unstarted": unstarted })
     }
 
     /// What changed since `version` (cards, page order, summary) and the log lines after

@@ -750,3 +750,38 @@ fn the_demo_prints_next_steps_that_work_as_printed() {
         );
     }
 }
+
+/// A loop committed without worktrees (`[worktree] enabled = false`) is started as its
+/// loop.toml says: `create` does not announce a worktree it never made.
+#[test]
+fn an_adopted_loop_without_worktrees_is_announced_without_one() {
+    let p = Project::new();
+    let r = p.lf(&["create", "--loop", "a", "--task", "t", "--no-worktree"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let a = p.loop_dir("a");
+    p.write(
+        ".loopflow/loops/b/loop.toml",
+        &std::fs::read_to_string(a.join("loop.toml")).unwrap(),
+    );
+    for e in std::fs::read_dir(a.join("prompts")).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        p.write(
+            &format!(".loopflow/loops/b/prompts/{name}"),
+            &std::fs::read_to_string(e.path()).unwrap(),
+        );
+    }
+    let s = p.lf(&["status"]);
+    assert!(s.stdout.contains("not started: b has a loop.toml"), "{s:?}");
+    let r = p.lf(&["create", "--loop", "b"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("started loop `b`"), "{r:?}");
+    assert!(!r.stdout.contains("worktree:"), "{r:?}");
+    assert!(!p.loop_dir("b").join("worktree").exists());
+    let s = p.lf(&["status"]);
+    assert!(!s.stdout.contains("not started"), "{s:?}");
+    assert_eq!(
+        s.stdout.lines().filter(|l| l.starts_with("b ")).count(),
+        1,
+        "{s:?}"
+    );
+}

@@ -71,6 +71,19 @@ fn clone_of_the_loop() -> Project {
 fn a_clone_starts_the_committed_loop_as_it_is() {
     let p = clone_of_the_loop();
     let before = p.read(&format!(".loopflow/loops/{LOOP}/loop.toml"));
+    // Before it starts, status names it and says how to start it.
+    let s = p.lf(&["status"]);
+    assert_eq!(s.code, 0, "{s:?}");
+    assert!(
+        s.stdout.contains(&format!(
+            "not started: {LOOP} has a loop.toml but no state yet (`loopflow create --loop {LOOP}` starts it as committed)"
+        )),
+        "{s:?}"
+    );
+    assert!(!s.stdout.contains("no loops in"), "{s:?}");
+    let j: Value = serde_json::from_str(&p.lf(&["status", "--json"]).stdout).expect("JSON");
+    assert_eq!(j["unstarted"], serde_json::json!([LOOP]), "{j}");
+    assert_eq!(j["loops"], serde_json::json!([]), "{j}");
     // Its agent is its loop.toml's: flags that would rewrite it are refused.
     let r = p.lf(&["create", "--loop", LOOP, "--agent", "codex"]);
     assert_eq!(r.code, 2, "{r:?}");
@@ -88,6 +101,9 @@ fn a_clone_starts_the_committed_loop_as_it_is() {
     assert_eq!(p.state(LOOP)["iteration_count"], 0);
     assert!(p.worktree(LOOP).join("BACKLOG.md").is_file());
     assert_eq!(p.events(LOOP), ["CREATE adopted=loop.toml worktree=true"]);
+    let j: Value = serde_json::from_str(&p.lf(&["status", "--json"]).stdout).expect("JSON");
+    assert_eq!(j["unstarted"], serde_json::json!([]), "{j}");
+    assert_eq!(j["loops"][0]["name"], LOOP, "{j}");
     // Its state stays out of the checkout's commits.
     assert_eq!(
         p.git_cmd(&["status", "--porcelain", "--untracked-files=all"]),

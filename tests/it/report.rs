@@ -99,10 +99,21 @@ fn every_loop_is_on_the_page_broken_ones_as_broken_and_goal_met_as_good_news() {
     // A loop directory whose state was lost.
     p.agent_loop("lost", &agent, "");
     std::fs::remove_file(p.loop_dir("lost").join(".state.loop")).unwrap();
+    // A loop committed but never started (a fresh clone): its loop.toml, no state, no log.
+    p.agent_loop("unstarted", &agent, "");
+    for f in [".state.loop", ".state.log"] {
+        std::fs::remove_file(p.loop_dir("unstarted").join(f)).unwrap();
+    }
     let r = p.lf(&["report", "--html", "-"]);
     assert_eq!(r.code, 0, "{r:?}");
     let html = &r.stdout;
-    assert_eq!(html.matches("<article class=\"loop").count(), 4, "{html}");
+    assert_eq!(html.matches("<article class=\"loop").count(), 5, "{html}");
+    let unstarted = card(html, "unstarted");
+    assert!(unstarted.contains("not started"), "{unstarted}");
+    assert!(
+        unstarted.contains("loopflow create --loop unstarted"),
+        "{unstarted}"
+    );
     let broken = card(html, "broken");
     assert!(broken.contains("class=\"loop broken\""), "{broken}");
     assert!(broken.contains("max_iterashuns"), "{broken}");
