@@ -80,24 +80,47 @@ pub fn announce(
     reason: &HaltReason,
     detail: Option<&str>,
 ) -> Result<(), StateError> {
-    let logged = log_halt(paths, reason, detail);
+    let logged = log_halt(paths, reason, detail, false);
     crate::schedule::disable_best_effort(paths);
     crate::notify::at_halt(paths, state, reason, detail);
     logged
 }
 
-/// The `HALT <reason> [detail=…]` line.
+/// The `HALT <reason> [detail=…] [recovered=true]` line.
 fn log_halt(
     paths: &LoopPaths,
     reason: &HaltReason,
     detail: Option<&str>,
+    recovered: bool,
 ) -> Result<(), StateError> {
     let text = reason.to_string();
     let mut args = vec![LogArg::Word(&text)];
     if let Some(d) = detail {
         args.push(LogArg::Kv("detail", d.to_string()));
     }
+    if recovered {
+        args.push(LogArg::Kv("recovered", "true".into()));
+    }
     paths.log(Event::Halt, &args)
+}
+
+/// A halt is written to the state first and announced after: a `loopflow run` killed in
+/// between leaves a halted loop whose `HALT` line was never logged, whose schedule still
+/// fires and whose human was never told. Called at the start of the next tick, under the
+/// tick lock: such a halt is announced then — its line (with `recovered=true`), the
+/// schedule's disabling, the notifier. A log that does not reach back to the halt
+/// (rotated) is left alone, as [`LoopPaths::recover_tick_line`] leaves it.
+pub fn recover_halt(paths: &LoopPaths, state: &State) -> Result<(), StateError> {
+    let Some(h) = &state.halt else {
+        return Ok(());
+    };
+    if crate::state::log::halt_logged_since(&paths.log, &h.at) != Some(false) {
+        return Ok(());
+    }
+    let logged = log_halt(paths, &h.reason, h.detail.as_deref(), true);
+    crate::schedule::disable_best_effort(paths);
+    crate::notify::at_halt(paths, state, &h.reason, h.detail.as_deref());
+    logged
 }
 
 /// Halts a loop (unless it is halted already), then [`announce`]s it. Only `approve`

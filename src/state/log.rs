@@ -278,6 +278,24 @@ fn quoted_end(v: &str) -> Option<usize> {
 }
 
 /// The last `event` line in the log's tail (the last 64 KiB), parsed.
+/// Whether a `HALT` line was logged at or after `at` (a halt's time, as the state records
+/// it): `Some(false)` only when the log's last 64 KiB also hold an event from before
+/// `at`, so the line is known to be missing rather than rotated away; `None` when that
+/// cannot be told.
+pub fn halt_logged_since(path: &Path, at: &str) -> Option<bool> {
+    let buf = crate::fs_safe::tail(path, 64 * 1024).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let mut covered = false;
+    for e in text.lines().filter_map(parse_line) {
+        // The log's times and the state's are the same `%Y-%m-%dT%H:%M:%SZ` text.
+        if e.at.as_str() >= at && e.event == Event::Halt.as_str() {
+            return Some(true);
+        }
+        covered |= e.at.as_str() <= at;
+    }
+    covered.then_some(false)
+}
+
 pub fn last_event(path: &Path, event: Event) -> Option<Entry> {
     let buf = crate::fs_safe::tail(path, 64 * 1024).ok()?;
     String::from_utf8_lossy(&buf)
@@ -290,6 +308,36 @@ pub fn last_event(path: &Path, event: Event) -> Option<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A halt's line is found at or after the halt's time; missing only when the log
+    /// reaches back to before it, unknown when it does not (rotated).
+    #[test]
+    fn halt_logged_since_tells_missing_from_rotated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(".state.log");
+        let at = "2026-11-30T10:00:00Z";
+        for (log, want) in [
+            (
+                "2026-11-30T09:00:00Z CREATE template=default\n2026-11-30T10:00:00Z TICK iter=1\n2026-11-30T10:00:00Z HALT goal_met\n",
+                Some(true),
+            ),
+            (
+                "2026-11-30T09:00:00Z CREATE template=default\n2026-11-30T10:00:00Z TICK iter=1\n",
+                Some(false),
+            ),
+            // An older halt's line does not count for this one.
+            (
+                "2026-11-30T09:00:00Z HALT plateau\n2026-11-30T09:30:00Z APPROVE\n",
+                Some(false),
+            ),
+            ("2026-11-30T11:00:00Z SKIP reason=halted\n", None),
+            ("", None),
+        ] {
+            std::fs::write(&p, log).unwrap();
+            assert_eq!(halt_logged_since(&p, at), want, "{log}");
+        }
+        assert_eq!(halt_logged_since(&dir.path().join("none"), at), None);
+    }
 
     /// The last `TICK` is found wherever it sits in the 64 KiB tail, and only there.
     #[test]

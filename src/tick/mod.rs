@@ -266,6 +266,7 @@ fn run_locked(
     };
     if !opts.dry_run {
         paths.recover_tick_line(&state)?;
+        crate::lifecycle::recover_halt(paths, &state)?;
     }
     let loaded = match crate::load::load(paths, opts.pipeline.as_deref(), &base) {
         Ok(l) => l,

@@ -393,3 +393,59 @@ fn a_broken_loop_toml_does_not_silence_the_project_notifier() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(p.read("argv.log"), "l: fix the config|\n");
 }
+
+/// A `loopflow run` killed after writing a halt and before announcing it leaves a halted
+/// loop nobody was told about: the next run announces it — the `HALT` line marked
+/// `recovered=true`, the notifier — once, and a dry run never does.
+#[test]
+fn a_halt_whose_announcement_was_lost_is_announced_by_the_next_run() {
+    let p = Project::new();
+    let n = recorder(&p, "");
+    loop_with(
+        &p,
+        &[r#"{"pass": true, "score": 1.0, "reasons": ["all done"]}"#],
+        "",
+        &notify_table(&n, &["{{reason}}"]),
+    );
+    assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
+    assert_eq!(events(&p).len(), 1);
+    // What a kill right after the commit's state write and TICK line leaves behind.
+    let log_path = p.loop_dir("l").join(".state.log");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let kept: Vec<&str> = log
+        .lines()
+        .filter(|l| !l.contains(" HALT ") && !l.contains(" SCHEDULE "))
+        .collect();
+    std::fs::write(&log_path, kept.join("\n") + "\n").unwrap();
+    std::fs::write(p.join("events.log"), "").unwrap();
+
+    assert_eq!(p.lf(&["run", "--loop", "l", "--dry-run"]).code, 0);
+    assert!(!p.events("l").iter().any(|e| e.starts_with("HALT")));
+    assert_eq!(p.read("events.log"), "", "a dry run tells nobody");
+
+    assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
+    let halts: Vec<String> = p
+        .events("l")
+        .into_iter()
+        .filter(|e| e.starts_with("HALT"))
+        .collect();
+    assert_eq!(halts.len(), 1, "{halts:?}");
+    assert!(halts[0].starts_with("HALT goal_met"), "{halts:?}");
+    assert!(halts[0].ends_with("recovered=true"), "{halts:?}");
+    let ev = events(&p);
+    assert_eq!(ev.len(), 1, "{ev:?}");
+    assert_eq!(ev[0]["reason"], "goal_met", "{ev:?}");
+    // The iteration did not move: the recovered halt still stops the loop.
+    assert_eq!(p.state("l")["iteration_count"], 1);
+
+    // Announced once: the next run finds the line and only skips.
+    assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
+    assert_eq!(
+        p.events("l")
+            .iter()
+            .filter(|e| e.starts_with("HALT"))
+            .count(),
+        1
+    );
+    assert_eq!(events(&p).len(), 1);
+}
