@@ -386,6 +386,7 @@ fn ms_since(start: Instant) -> u64 {
 }
 
 /// One node of a dry run: what it would do.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct DryNode {
     pub id: String,
     pub kind: &'static str,

@@ -89,13 +89,14 @@ fn print_summary(s: &Summary, json: bool) {
             }
         ));
         human(d.sandbox.clone());
-        for (id, kind, when, what) in &d.nodes {
-            let when = when
+        for n in &d.nodes {
+            let when = n
+                .when
                 .as_ref()
                 .map(|w| format!(" when {w}"))
                 .unwrap_or_default();
-            let sep = if what.is_empty() { "" } else { ": " };
-            human(format!("  {id} ({kind}){when}{sep}{what}"));
+            let sep = if n.what.is_empty() { "" } else { ": " };
+            human(format!("  {} ({}){when}{sep}{}", n.id, n.kind, n.what));
         }
     }
     human(s.human());

@@ -129,10 +129,7 @@ impl<'a> Tick<'a> {
             tick: scope.tick,
             gate: self.gate.reason.clone(),
             sandbox: self.confine.describe(),
-            nodes: nodes
-                .into_iter()
-                .map(|n| (n.id, n.kind, n.when, n.what))
-                .collect(),
+            nodes,
         });
         s
     }

@@ -53,20 +53,20 @@ pub struct Summary {
     pub nodes: Vec<NodeSummary>,
     #[serde(skip)]
     pub interrupted: bool,
-    /// What a dry run would do (`run --dry-run`).
-    #[serde(skip)]
+    /// What a dry run would do (`run --dry-run`); only in a dry run's summary.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<DryRun>,
 }
 
-/// `run --dry-run`: the gate and each node's account of itself.
-#[derive(Debug, Clone)]
+/// `run --dry-run`: the gate and each node's account of itself (`"dry_run"` in `--json`).
+#[derive(Debug, Clone, Serialize)]
 pub struct DryRun {
     pub tick: u64,
     /// `None` when the gate passes, else why a real run would stop there.
     pub gate: Option<String>,
     /// What the sandbox lets the tick's processes do.
     pub sandbox: String,
-    pub nodes: Vec<(String, &'static str, Option<String>, String)>,
+    pub nodes: Vec<crate::exec::DryNode>,
 }
 
 impl Summary {

@@ -220,6 +220,8 @@ fn run_json_is_exactly_one_document_and_people_read_stderr() {
             .unwrap_or_else(|e| panic!("{extra:?}: stdout is not one JSON document ({e}): {r:?}"));
         assert_eq!(doc["loop"], "l");
         assert!(r.stderr.contains("loop l "), "{extra:?}: {r:?}");
+        // Only a dry run's summary carries its account of each node.
+        assert_eq!(doc.get("dry_run").is_some(), !extra.is_empty(), "{doc}");
     }
     // Without --json the human lines are the output.
     let r = p.lf(&["run", "--loop", "l"]);

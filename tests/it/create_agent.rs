@@ -81,6 +81,38 @@ fn agent_and_models_are_written_and_reach_the_argv() {
             .contains("verify (harness): claude -p --output-format json --model opus"),
         "{d:?}"
     );
+    // The preset's agent reads its prompt on stdin: the dry run says from where.
+    let prompt = p
+        .loop_dir("l")
+        .join("outputs/1-implement.prompt.md")
+        .display()
+        .to_string();
+    assert!(
+        d.stdout
+            .lines()
+            .any(|l| l.starts_with("  implement (harness): claude -p")
+                && l.ends_with(&format!(" < {prompt}"))),
+        "{d:?}"
+    );
+    // And --json carries the same account, node by node.
+    let j = p.lf(&["run", "--loop", "l", "--dry-run", "--json"]);
+    assert_eq!(j.code, 0, "{j:?}");
+    let doc = j.json();
+    let nodes = doc["dry_run"]["nodes"].as_array().expect("dry_run.nodes");
+    let implement = nodes
+        .iter()
+        .find(|n| n["id"] == "implement")
+        .expect("implement");
+    assert_eq!(implement["kind"], "harness");
+    assert!(
+        implement["what"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(" < {prompt}")),
+        "{implement}"
+    );
+    assert_eq!(doc["dry_run"]["gate"], serde_json::Value::Null, "{doc}");
+    assert_eq!(doc["dry_run"]["tick"], 1, "{doc}");
 }
 
 #[test]

@@ -335,7 +335,12 @@ impl NodeSpec for HarnessNode {
 
     fn dry_run(&self, ctx: &NodeCtx<'_>) -> Result<Option<String>, String> {
         let p = self.prepare(ctx).map_err(|e| e.to_string())?;
-        let argv = show_argv(&self.argv(ctx, &p.vars).map_err(|e| e.to_string())?);
+        let mut argv = show_argv(&self.argv(ctx, &p.vars).map_err(|e| e.to_string())?);
+        // A preset's agent reads the prompt on stdin: the argv alone would not say so.
+        if ctx.config().agent(&self.role.value).stdin_prompt {
+            let path = show_argv(&[p.prompt_path.display().to_string()]);
+            argv.push_str(&format!(" < {path}"));
+        }
         Ok(Some(match p.compacted {
             Some(c) => format!("{argv}  (compaction prompt: {c})"),
             None => argv,
