@@ -128,7 +128,7 @@ pub(super) fn resolve(
             .map(|p| {
                 p.sandbox_write
                     .iter()
-                    .map(|s| super::sandbox::expand_home(s))
+                    .flat_map(|s| super::sandbox::expand_state_dir(s))
                     .collect()
             })
             .unwrap_or_default(),

@@ -162,8 +162,10 @@ env_key = "FAKE_API_KEY"
     vec![("FAKE_API_KEY".into(), "fake".into())]
 }
 
-/// OpenCode's provider config lives outside HOME (OPENCODE_CONFIG), so ~/.config/opencode
-/// does not exist: OpenCode creates it at start, which the sandbox must allow.
+/// OpenCode's provider config lives outside HOME (OPENCODE_CONFIG), and its XDG base
+/// directories are set elsewhere too (as on a desktop that moves them): OpenCode creates
+/// its config, data, state and cache directories there at start, which the sandbox must
+/// allow — the preset's `~/.local/share/opencode` &c. follow `XDG_*_HOME`.
 fn opencode(_home: &Path, tools: &Path, url: &str) -> Vec<(String, String)> {
     let config = tools.join("opencode.json");
     let json = serde_json::json!({
@@ -177,7 +179,14 @@ fn opencode(_home: &Path, tools: &Path, url: &str) -> Vec<(String, String)> {
         "small_model": "fake/fake-model"
     });
     std::fs::write(&config, json.to_string()).expect("opencode config");
-    vec![("OPENCODE_CONFIG".into(), config.display().to_string())]
+    let xdg = |kind: &str| tools.join("xdg").join(kind).display().to_string();
+    vec![
+        ("OPENCODE_CONFIG".into(), config.display().to_string()),
+        ("XDG_CONFIG_HOME".into(), xdg("config")),
+        ("XDG_DATA_HOME".into(), xdg("data")),
+        ("XDG_STATE_HOME".into(), xdg("state")),
+        ("XDG_CACHE_HOME".into(), xdg("cache")),
+    ]
 }
 
 fn gemini(home: &Path, _tools: &Path, url: &str) -> Vec<(String, String)> {
