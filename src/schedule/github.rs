@@ -267,10 +267,9 @@ jobs:
         if: hashFiles('{dir}/.state.loop') == ''
         env:
           TASK: ${{{{ inputs.task }}}}
+        # The committed loop.toml and prompts are started as they are.
         run: |
-          mv "{dir}" "$RUNNER_TEMP/loop-config"
           if [ -n "$TASK" ]; then loopflow create --loop {n} --task "$TASK"; else loopflow create --loop {n}; fi
-          cp -R "$RUNNER_TEMP/loop-config/." "{dir}/"
       - name: Restore the loop's worktree
         run: |
           if [ ! -e "{dir}/worktree/.git" ]; then git worktree add "{dir}/worktree" "loopflow/{n}"; fi

@@ -815,6 +815,13 @@ fn github_workflow_steps_tick_in_a_fresh_clone() {
     let s = run_workflow("the task from the manual run");
     assert_eq!(s["iteration_count"], 1, "{s}");
     assert_eq!(s["current_task"], "the task from the manual run");
+    // The first run started the committed loop as it is.
+    let log = std::fs::read_to_string(ws.join(".loopflow/loops/l/.state.log")).unwrap();
+    assert!(log.contains("CREATE adopted=loop.toml"), "{log}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join(".loopflow/loops/l/loop.toml")).unwrap(),
+        cfg
+    );
     let s = run_workflow("");
     assert_eq!(s["iteration_count"], 2, "{s}");
     let o = Command::new("git")
