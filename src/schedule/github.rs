@@ -174,12 +174,52 @@ fn check_program(program: &str, loop_name: &str, why: &str) -> String {
     )
 }
 
+/// Where `project` sits in its repository: `git rev-parse --show-prefix` (`""` at the
+/// top, else `"sub/dir/"`), and why the workflow cannot use it, when it cannot. Only plain
+/// names are written into the YAML and its shell steps (no quoting to get wrong); a
+/// project outside any repository is at the top of the checkout as far as the workflow
+/// knows.
+fn repo_prefix(project: &std::path::Path) -> (String, Option<String>) {
+    let prefix = crate::git::git(project, &["rev-parse", "--show-prefix"])
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let plain = prefix
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+    if plain {
+        (prefix, None)
+    } else {
+        (
+            String::new(),
+            Some(
+                "the project's path in the repository has characters this generated workflow does not quote (only letters, digits and . _ - / are written into it): move the project, or edit the workflow's paths by hand"
+                    .to_string(),
+            ),
+        )
+    }
+}
+
 /// A GitHub Actions workflow. The runner is fresh every time, so the loop's state (which
 /// is git-ignored) travels in the Actions cache and the loop's branch is pushed back.
 pub fn github_actions(t: &Target) -> File {
     let c = cron_schedule(t.interval.max(300));
     let n = &t.loop_name;
-    let dir = format!(".loopflow/loops/{n}");
+    // The project may be a subdirectory of the repository (a monorepo): paths in the
+    // workflow are relative to the checkout, loopflow is pointed at the project.
+    let (rel, rel_problem) = repo_prefix(&t.project);
+    let dir = format!("{rel}.loopflow/loops/{n}");
+    let project = match rel.trim_end_matches('/') {
+        "" => "$GITHUB_WORKSPACE".to_string(),
+        r => format!("$GITHUB_WORKSPACE/{r}"),
+    };
+    let rel_check = match rel_problem {
+        None => String::new(),
+        Some(why) => format!(
+            "      - name: Check the project directory\n        run: |\n          echo \"::error::{why}\"\n          exit 1\n"
+        ),
+    };
     let note = match c.note {
         Some(n) => format!("# note: {n} (GitHub runs schedules at most every 5 min)\n"),
         None if t.interval < 300 => {
@@ -261,7 +301,7 @@ jobs:
             {dir}/.state.log
           key: loopflow-{n}-${{{{ github.run_id }}}}
           restore-keys: loopflow-{n}-
-{install}{agents}      - name: Restore the loop's branch
+{rel_check}{install}{agents}      - name: Restore the loop's branch
         run: git fetch origin "loopflow/{n}:loopflow/{n}" || git branch "loopflow/{n}"
       - name: Start the loop (first run)
         if: hashFiles('{dir}/.state.loop') == ''
@@ -269,7 +309,7 @@ jobs:
           TASK: ${{{{ inputs.task }}}}
         # The committed loop.toml and prompts are started as they are.
         run: |
-          if [ -n "$TASK" ]; then loopflow create --loop {n} --task "$TASK"; else loopflow create --loop {n}; fi
+          if [ -n "$TASK" ]; then loopflow --project "{project}" create --loop {n} --task "$TASK"; else loopflow --project "{project}" create --loop {n}; fi
       - name: Restore the loop's worktree
         run: |
           if [ ! -e "{dir}/worktree/.git" ]; then git worktree add "{dir}/worktree" "loopflow/{n}"; fi
@@ -278,9 +318,9 @@ jobs:
         env:
           ACTOR: ${{{{ github.actor }}}}
           NOTE: ${{{{ inputs.note }}}}
-        run: loopflow approve --loop {n} --by "$ACTOR" --note "$NOTE"
+        run: loopflow --project "{project}" approve --loop {n} --by "$ACTOR" --note "$NOTE"
       - name: Tick
-{tick_env}        run: loopflow run --loop {n} --project "$GITHUB_WORKSPACE"
+{tick_env}        run: loopflow run --loop {n} --project "{project}"
       - name: Push the loop's branch
         run: git push origin "loopflow/{n}"
       - name: Save loop state
@@ -309,6 +349,27 @@ mod tests {
     use super::*;
     use crate::schedule::tests::target;
     use std::time::Duration;
+
+    /// A project's place in its repository: `sub/dir/` when plain, the top (with a reason
+    /// the workflow fails on) when its path would need quoting.
+    #[test]
+    fn the_project_is_found_inside_its_repository() {
+        let repo = tempfile::tempdir().unwrap();
+        let ok = crate::git::git(repo.path(), &["init", "-q"]).unwrap();
+        assert!(ok.status.success());
+        let plain = repo.path().join("services/api-2.x");
+        let odd = repo.path().join("it's $HOME");
+        std::fs::create_dir_all(&plain).unwrap();
+        std::fs::create_dir_all(&odd).unwrap();
+        assert_eq!(repo_prefix(repo.path()), (String::new(), None));
+        assert_eq!(repo_prefix(&plain), ("services/api-2.x/".to_string(), None));
+        let (rel, why) = repo_prefix(&odd);
+        assert_eq!(rel, "");
+        assert!(why.is_some_and(|w| w.contains("does not quote")));
+        // Outside any repository: the top of the checkout.
+        let bare = tempfile::tempdir().unwrap();
+        assert_eq!(repo_prefix(bare.path()), (String::new(), None));
+    }
 
     #[test]
     fn the_timeout_covers_every_role() {

@@ -24,8 +24,13 @@ fn project(interval: u64) -> Project {
 
 /// Points loop `l`'s roles at the standard fake agent with these verdicts.
 fn use_agent(p: &Project, verdicts: &[&str]) {
+    use_agent_in(p, ".loopflow/loops/l/loop.toml", verdicts);
+}
+
+/// [`use_agent`] for the loop.toml at `cfg_path` (relative to `p`).
+fn use_agent_in(p: &Project, cfg_path: &str, verdicts: &[&str]) {
     let agent = standard_agent(p, verdicts);
-    let cfg = p.read(".loopflow/loops/l/loop.toml");
+    let cfg = p.read(cfg_path);
     let cfg = cfg
         .lines()
         .map(|l| {
@@ -43,7 +48,7 @@ fn use_agent(p: &Project, verdicts: &[&str]) {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    p.write(".loopflow/loops/l/loop.toml", &cfg);
+    p.write(cfg_path, &cfg);
 }
 
 /// The flags a platform needs: where a workflow installs loopflow from, the image a
@@ -690,6 +695,17 @@ fn real_cron_fires_the_line() {
 /// cache) are done by the test; `Install loopflow` is replaced by this build on PATH.
 #[test]
 fn github_workflow_steps_tick_in_a_fresh_clone() {
+    workflow_steps_tick_in_a_fresh_clone("");
+}
+
+/// The same workflow for a project in a subdirectory of its repository (a monorepo):
+/// its paths are the checkout's, loopflow is pointed at the project.
+#[test]
+fn github_workflow_steps_tick_for_a_project_in_a_subdirectory() {
+    workflow_steps_tick_in_a_fresh_clone("services/api");
+}
+
+fn workflow_steps_tick_in_a_fresh_clone(sub: &str) {
     if !have("python3") {
         return;
     }
@@ -705,19 +721,48 @@ fn github_workflow_steps_tick_in_a_fresh_clone() {
         println!("NOTICE: PyYAML missing; skipping the workflow run");
         return;
     }
-    let p = project(3600);
-    use_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
-    let wf = print(&p, "github-actions");
+    let p = Project::git();
+    // The loopflow project: the repository's root, or a directory inside it.
+    let proj = p.join(sub);
+    std::fs::create_dir_all(&proj).unwrap();
+    let at = |rel: &str| {
+        if sub.is_empty() {
+            rel.to_string()
+        } else {
+            format!("{sub}/{rel}")
+        }
+    };
+    let lf = |args: &[&str]| {
+        let r = Run::of(loopflow(p.path()).arg("--project").arg(&proj).args(args));
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+        r.stdout
+    };
+    lf(&["create", "--loop", "l", "--task", "t"]);
+    use_agent_in(
+        &p,
+        &at(".loopflow/loops/l/loop.toml"),
+        &[r#"{"pass": false, "score": 0.5}"#],
+    );
+    let mut args = vec![
+        "schedule",
+        "print",
+        "--loop",
+        "l",
+        "--platform",
+        "github-actions",
+    ];
+    args.extend(platform_args("github-actions"));
+    let wf = lf(&args);
     // The agent lives outside the repository; the loop's config is committed.
     let tools = tempfile::tempdir().unwrap();
     let agent = tools.path().join("agent.sh");
     std::fs::rename(p.join("agent.sh"), &agent).unwrap();
-    let cfg = p.read(".loopflow/loops/l/loop.toml").replace(
+    let cfg = p.read(&at(".loopflow/loops/l/loop.toml")).replace(
         &p.join("agent.sh").display().to_string(),
         &agent.display().to_string(),
     );
-    p.write(".loopflow/loops/l/loop.toml", &cfg);
-    p.git_cmd(&["add", ".loopflow", "verdicts"]);
+    p.write(&at(".loopflow/loops/l/loop.toml"), &cfg);
+    p.git_cmd(&["add", &at(".loopflow"), "verdicts"]);
     git_commit(p.path(), "loop config");
     let status = p.git_cmd(&["status", "--porcelain"]);
     assert!(!status.contains(".state"), "{status}");
@@ -754,7 +799,7 @@ fn github_workflow_steps_tick_in_a_fresh_clone() {
                 &ws.display().to_string(),
             ],
         );
-        let dir = ws.join(".loopflow/loops/l");
+        let dir = ws.join(at(".loopflow/loops/l"));
         for f in [".state.loop", ".state.log"] {
             if cache.join(f).exists() {
                 std::fs::copy(cache.join(f), dir.join(f)).unwrap();
@@ -816,10 +861,10 @@ fn github_workflow_steps_tick_in_a_fresh_clone() {
     assert_eq!(s["iteration_count"], 1, "{s}");
     assert_eq!(s["current_task"], "the task from the manual run");
     // The first run started the committed loop as it is.
-    let log = std::fs::read_to_string(ws.join(".loopflow/loops/l/.state.log")).unwrap();
+    let log = std::fs::read_to_string(ws.join(at(".loopflow/loops/l/.state.log"))).unwrap();
     assert!(log.contains("CREATE adopted=loop.toml"), "{log}");
     assert_eq!(
-        std::fs::read_to_string(ws.join(".loopflow/loops/l/loop.toml")).unwrap(),
+        std::fs::read_to_string(ws.join(at(".loopflow/loops/l/loop.toml"))).unwrap(),
         cfg
     );
     let s = run_workflow("");
