@@ -547,6 +547,22 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
                 done => {
                     let r = running.swap_remove(i);
                     match done {
+                        Ok(Some(st)) if killed_by(&st).is_some() => {
+                            // Killed outright, it could not stop its agents: what it left
+                            // running goes now, not at the loop's next tick.
+                            let sig = killed_by(&st).unwrap_or(0);
+                            let cleaned = crate::tick::clean_up_after_killed_tick(project, &r.name);
+                            eprintln!(
+                                "loopflow daemon: the tick of loop {} was killed (signal {sig}); {}; carrying on",
+                                r.name,
+                                match cleaned {
+                                    Ok(true) => "stopped what it left running".to_string(),
+                                    Ok(false) =>
+                                        "another tick holds the loop and cleans up".to_string(),
+                                    Err(e) => format!("could not clean up after it: {e}"),
+                                }
+                            );
+                        }
                         Ok(Some(st)) => {
                             let code = st.code().unwrap_or(exit::INTERRUPTED);
                             if code != exit::OK && code != exit::INTERRUPTED {
@@ -571,6 +587,20 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
                 }
             }
         }
+    }
+}
+
+/// The signal that ended a tick, when one did.
+fn killed_by(st: &std::process::ExitStatus) -> Option<i32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        st.signal()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = st;
+        None
     }
 }
 

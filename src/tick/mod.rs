@@ -225,6 +225,28 @@ pub fn run_tick(
     result
 }
 
+/// What the next tick would do first, done now: the daemon calls it when a tick it ran
+/// was killed (a signal, the OOM killer), so the agents that tick left running are
+/// stopped at once rather than at the loop's next tick, an interval later. Takes the
+/// tick lock without waiting (`false`: another tick holds it and will clean up itself),
+/// stops the recorded groups and, since the tick died, every process carrying the
+/// loop's marks, removes its stale temp files, and clears the lock file's marks.
+pub fn clean_up_after_killed_tick(project: &Path, name: &str) -> Result<bool, StateError> {
+    let project = std::path::absolute(project).map_err(|source| StateError::Io {
+        path: project.to_path_buf(),
+        source,
+    })?;
+    let paths = LoopPaths::new(&project, name);
+    paths.refuse_symlinks()?;
+    let Some(lock) = lock(&paths)? else {
+        return Ok(false);
+    };
+    guard::stop_leftovers(&paths, &lock.take_previous())?;
+    paths.remove_stale_temps();
+    lock.clear();
+    Ok(true)
+}
+
 /// The tick lock, taken without waiting for another tick — but a tick killed a moment
 /// ago may leave a half-started child holding it for a few milliseconds, so contention
 /// is looked at again briefly before the tick says `locked`.

@@ -5,7 +5,9 @@
 use std::path::Path;
 use std::process::{Child, Stdio};
 
-use crate::support::{LoopToml, Project, wait_or_kill, wait_until};
+use crate::support::{
+    LoopToml, Project, live_group_members, wait_group_gone, wait_or_kill, wait_until,
+};
 
 fn spawn_daemon(p: &Project, args: &[&str]) -> Child {
     p.lf_cmd(&["daemon"])
@@ -299,4 +301,58 @@ fn daemon_all_picks_up_a_loop_created_while_it_runs() {
     finish(d);
     assert_consistent(&p, "first");
     assert_consistent(&p, "second");
+}
+
+/// A tick the daemon ran is killed outright (the OOM killer, `kill -9`): it cannot stop
+/// its agent, whose group would run on until the loop's next tick, an hour later here.
+/// The daemon sees its tick die by a signal and stops what it left at once, logged as
+/// the next tick would log it; the daemon carries on.
+#[test]
+fn a_killed_tick_s_agents_are_stopped_by_the_daemon_at_once() {
+    let p = Project::new();
+    let dir = p.path().display().to_string();
+    daemon_loop(
+        &p,
+        "o",
+        &format!(r#"echo $$ > "{dir}/agent.pid"; sleep 300 & exec sleep 301"#),
+        3600,
+    );
+    let d = spawn_daemon(&p, &["--loop", "o"]);
+    wait_until("the agent to start", || p.join("agent.pid").exists());
+    let pgid: i32 = p.read("agent.pid").trim().parse().unwrap();
+    // The tick's pid, from the mark it keeps in the lock file while it runs.
+    let lock = p.loop_dir("o").join(".lock");
+    let mut tick = 0;
+    wait_until("the agent's group recorded", || {
+        let t = std::fs::read_to_string(&lock).unwrap_or_default();
+        tick = t
+            .lines()
+            .find_map(|l| l.strip_prefix("tick ")?.trim().parse().ok())
+            .unwrap_or(0);
+        tick > 0 && t.contains(&format!("pgid {pgid}\n"))
+    });
+    assert!(!live_group_members(pgid).is_empty());
+    // SAFETY: kills the daemon's child tick, as the OOM killer would.
+    unsafe { libc::kill(tick, libc::SIGKILL) };
+    let left = wait_group_gone(pgid);
+    assert!(left.is_empty(), "left running: {left:?}");
+    wait_until("the daemon to log what it stopped", || {
+        p.events("o")
+            .iter()
+            .any(|e| e.starts_with(&format!("WARN pgid={pgid} killed=2")))
+    });
+    // The daemon is still there, and the loop is not marked as running.
+    let mut d = d;
+    assert!(d.try_wait().unwrap().is_none(), "the daemon stopped");
+    let s = p.lf(&["status", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&s.stdout).unwrap();
+    assert_eq!(j["loops"][0]["running"], false, "{j}");
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
+    let err = finish(d);
+    assert!(
+        err.contains("was killed (signal 9); stopped what it left running"),
+        "{err}"
+    );
+    assert_eq!(p.state("o")["iteration_count"], 0);
 }
