@@ -41,10 +41,11 @@ fn not_regular() -> io::Error {
 }
 
 /// Appends at most `cap` bytes read from `f`'s position to `out`, for a file of about
-/// `len` bytes from there: one `read` of `len + 1` bytes, and when it comes back short
-/// that was the end (a regular file returns fewer bytes than asked only at its end), so
-/// a small file costs one `read` instead of `read_to_end`'s 32-byte probe, growth and
-/// final empty read. A file that grew since its `fstat` is read on to the end (or `cap`).
+/// `len` bytes from there: one `read` of `len + 1` bytes into a buffer of that size, then
+/// reads on to the end (or `cap`) as `read_to_end` would. A small file costs its one read
+/// and the empty read that confirms the end, instead of `read_to_end`'s 32-byte probe and
+/// growth; a short read is never taken for the end, which some filesystems (FUSE direct
+/// I/O) return mid-file.
 pub fn read_capped(f: &mut File, len: u64, cap: u64, out: &mut Vec<u8>) -> io::Result<()> {
     let fit = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let want = fit(len.min(cap)).saturating_add(1).min(fit(cap));
@@ -61,7 +62,7 @@ pub fn read_capped(f: &mut File, len: u64, cap: u64, out: &mut Vec<u8>) -> io::R
         }
     };
     out.truncate(start + n);
-    if n < want || n as u64 >= cap {
+    if n == 0 || n as u64 >= cap {
         return Ok(());
     }
     f.take(cap - n as u64).read_to_end(out).map(|_| ())

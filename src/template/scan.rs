@@ -29,11 +29,12 @@ pub struct ScanError {
 
 /// Every variable path used outside `#each`/`#with` blocks (whose context changes), in order.
 ///
-/// Remembered per text for the process's first [`MEMO_CAP`] distinct texts: `status`,
-/// `report` and the dashboard check every loop, and loops share texts — the argv of the
-/// agent preset they run, prompts made from one template — which were scanned again for
-/// each. A text never seen is scanned as before; the cap keeps `check` of a pipeline
-/// with thousands of distinct templates from holding them all.
+/// Remembered per text for the process's first [`MEMO_CAP`] distinct texts of at most
+/// [`MEMO_TEXT_MAX`] bytes: `status`, `report` and the dashboard check every loop, and
+/// loops share texts — the argv of the agent preset they run, prompts made from one
+/// template — which were scanned again for each. A text never seen is scanned as before;
+/// the caps keep `check` of a pipeline with thousands of distinct templates, and a
+/// dashboard that runs for weeks while prompts are edited, from holding them all.
 pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     if !text.contains("{{") {
         return Ok(Vec::new());
@@ -46,14 +47,17 @@ pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
     }
     let r = scan_text(text);
     let mut m = memo.lock().unwrap_or_else(|e| e.into_inner());
-    if m.len() < MEMO_CAP {
+    if m.len() < MEMO_CAP && text.len() <= MEMO_TEXT_MAX {
         m.insert(text.to_string(), r.clone());
     }
     r
 }
 
-/// How many distinct texts [`scan`] remembers.
+/// How many distinct texts [`scan`] remembers (at most 64 MiB of them).
 const MEMO_CAP: usize = 1024;
+/// The longest text [`scan`] remembers: prompts are a few KiB; a longer one is scanned
+/// each time.
+const MEMO_TEXT_MAX: usize = 64 << 10;
 
 fn scan_text(text: &str) -> Result<Vec<Usage>, ScanError> {
     // Plain `{{a.b}}` mustaches cannot be a syntax error: leave handlebars' (slow) parser
