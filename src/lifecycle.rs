@@ -108,13 +108,13 @@ fn log_halt(
 /// between leaves a halted loop whose `HALT` line was never logged, whose schedule still
 /// fires and whose human was never told. Called at the start of the next tick, under the
 /// tick lock: such a halt is announced then — its line (with `recovered=true`), the
-/// schedule's disabling, the notifier. A log that does not reach back to the halt
-/// (rotated) is left alone, as [`LoopPaths::recover_tick_line`] leaves it.
+/// schedule's disabling, the notifier. A log whose tail cannot tell (rotated) is left
+/// alone, as [`LoopPaths::recover_tick_line`] leaves it.
 pub fn recover_halt(paths: &LoopPaths, state: &State) -> Result<(), StateError> {
     let Some(h) = &state.halt else {
         return Ok(());
     };
-    if crate::state::log::halt_logged_since(&paths.log, &h.at) != Some(false) {
+    if crate::state::log::halt_logged(&paths.log) != Some(false) {
         return Ok(());
     }
     let logged = log_halt(paths, &h.reason, h.detail.as_deref(), true);

@@ -278,24 +278,30 @@ fn quoted_end(v: &str) -> Option<usize> {
 }
 
 /// The last `event` line in the log's tail (the last 64 KiB), parsed.
-/// Whether a `HALT` line was logged at or after `at` (a halt's time, as the state records
-/// it): `Some(false)` only when the log's last 64 KiB also hold an event from before
-/// `at`, so the line is known to be missing rather than rotated away; `None` when that
-/// cannot be told.
-pub fn halt_logged_since(path: &Path, at: &str) -> Option<bool> {
-    let buf = crate::fs_safe::tail(path, 64 * 1024).ok()?;
+/// Whether the loop's standing halt has its `HALT` line: the log's last `HALT` or
+/// `APPROVE` event is a `HALT` (an approval clears a halt, so a halt set after the last
+/// approval needs a line after it). `Some(false)` when the last of them is an `APPROVE`,
+/// or when the whole log was read and holds neither; `None` when the last 64 KiB hold
+/// neither of a longer log (rotated, or too long ago to tell). Order, not times, decides:
+/// a halt the commit restored carries the time of its restoring, later than its line.
+pub fn halt_logged(path: &Path) -> Option<bool> {
+    const TAIL: u64 = 64 * 1024;
+    let buf = crate::fs_safe::tail(path, TAIL).ok()?;
+    let whole = (buf.len() as u64) < TAIL;
     let text = String::from_utf8_lossy(&buf);
-    let mut covered = false;
-    for e in text.lines().filter_map(parse_line) {
-        // The log's times and the state's are the same `%Y-%m-%dT%H:%M:%SZ` text.
-        if e.at.as_str() >= at && e.event == Event::Halt.as_str() {
-            return Some(true);
-        }
-        covered |= e.at.as_str() <= at;
+    // A tail that starts mid-file starts mid-line: that fragment is no event.
+    let lines = text.lines().skip(usize::from(!whole));
+    let last = lines
+        .filter_map(parse_line)
+        .filter(|e| e.event == Event::Halt.as_str() || e.event == Event::Approve.as_str())
+        .last();
+    match last {
+        Some(e) => Some(e.event == Event::Halt.as_str()),
+        None => whole.then_some(false),
     }
-    covered.then_some(false)
 }
 
+/// The newest `event` line among the log's last 64 KiB.
 pub fn last_event(path: &Path, event: Event) -> Option<Entry> {
     let buf = crate::fs_safe::tail(path, 64 * 1024).ok()?;
     String::from_utf8_lossy(&buf)
@@ -309,34 +315,52 @@ pub fn last_event(path: &Path, event: Event) -> Option<Entry> {
 mod tests {
     use super::*;
 
-    /// A halt's line is found at or after the halt's time; missing only when the log
-    /// reaches back to before it, unknown when it does not (rotated).
+    /// A halt's line is the log's last HALT or APPROVE; missing when an approval came
+    /// after it or the whole log has neither; unknown when a long log's tail has neither.
     #[test]
-    fn halt_logged_since_tells_missing_from_rotated() {
+    fn halt_logged_tells_missing_from_rotated() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join(".state.log");
-        let at = "2026-11-30T10:00:00Z";
         for (log, want) in [
             (
-                "2026-11-30T09:00:00Z CREATE template=default\n2026-11-30T10:00:00Z TICK iter=1\n2026-11-30T10:00:00Z HALT goal_met\n",
+                "2026-11-30T09:00:00Z CREATE template=default\n2026-11-30T10:00:00Z TICK iter=1\n2026-11-30T10:00:00Z HALT goal_met\n2026-11-30T11:00:00Z SKIP reason=halted:goal_met\n",
                 Some(true),
             ),
             (
                 "2026-11-30T09:00:00Z CREATE template=default\n2026-11-30T10:00:00Z TICK iter=1\n",
                 Some(false),
             ),
-            // An older halt's line does not count for this one.
+            // Halted, approved, halted again without its line.
             (
-                "2026-11-30T09:00:00Z HALT plateau\n2026-11-30T09:30:00Z APPROVE\n",
+                "2026-11-30T09:00:00Z HALT plateau\n2026-11-30T09:30:00Z APPROVE by=me\n2026-11-30T09:40:00Z TICK iter=2\n",
                 Some(false),
             ),
-            ("2026-11-30T11:00:00Z SKIP reason=halted\n", None),
-            ("", None),
+            ("", Some(false)),
         ] {
             std::fs::write(&p, log).unwrap();
-            assert_eq!(halt_logged_since(&p, at), want, "{log}");
+            assert_eq!(halt_logged(&p), want, "{log}");
         }
-        assert_eq!(halt_logged_since(&dir.path().join("none"), at), None);
+        // A long log whose last 64 KiB hold neither: unknown. The tail starts inside a
+        // line whose rest reads like a HALT: a cut line is no event.
+        let frag = "2026-11-30T09:00:00Z HALT forged\"\n";
+        let filler_line = "2026-11-30T09:00:00Z WARN msg=\"filler\"\n";
+        let mut filler = filler_line.repeat((65_536 - frag.len()) / filler_line.len() - 1);
+        // One line of padding makes the tail exactly 64 KiB from the fragment on.
+        let pad = 65_536 - frag.len() - filler.len();
+        let head = "2026-11-30T09:00:00Z WARN msg=\"";
+        filler.insert_str(
+            0,
+            &format!("{head}{}\"\n", "p".repeat(pad - head.len() - 2)),
+        );
+        let long = format!("2026-11-30T08:00:00Z WARN msg=\"cut here: {frag}{filler}");
+        assert_eq!(
+            long.len() - long.find(frag).unwrap(),
+            65_536,
+            "the tail starts at the fragment"
+        );
+        std::fs::write(&p, &long).unwrap();
+        assert_eq!(halt_logged(&p), None);
+        assert_eq!(halt_logged(&dir.path().join("none")), None);
     }
 
     /// The last `TICK` is found wherever it sits in the 64 KiB tail, and only there.

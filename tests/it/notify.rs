@@ -448,4 +448,19 @@ fn a_halt_whose_announcement_was_lost_is_announced_by_the_next_run() {
         1
     );
     assert_eq!(events(&p).len(), 1);
+    // A halt stamped later than its line (a commit that restored a halt the state lost
+    // stamps its own time) still has its line: order decides, not times.
+    let state_path = p.loop_dir("l").join(".state.loop");
+    let mut st: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    st["halt"]["at"] = "2099-01-01T00:00:00Z".into();
+    std::fs::write(&state_path, serde_json::to_string_pretty(&st).unwrap()).unwrap();
+    assert_eq!(p.lf(&["run", "--loop", "l"]).code, 0);
+    let halts = p
+        .events("l")
+        .into_iter()
+        .filter(|e| e.starts_with("HALT"))
+        .count();
+    assert_eq!(halts, 1);
+    assert_eq!(events(&p).len(), 1);
 }
