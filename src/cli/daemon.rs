@@ -556,8 +556,10 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
                                 "loopflow daemon: the tick of loop {} was killed (signal {sig}); {}; carrying on",
                                 r.name,
                                 match cleaned {
-                                    Ok(true) => "stopped what it left running".to_string(),
-                                    Ok(false) =>
+                                    Ok(Some(0)) => "it left nothing running".to_string(),
+                                    Ok(Some(n)) =>
+                                        format!("stopped the {n} process(es) it left running"),
+                                    Ok(None) =>
                                         "another tick holds the loop and cleans up".to_string(),
                                     Err(e) => format!("could not clean up after it: {e}"),
                                 }

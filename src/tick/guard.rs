@@ -13,41 +13,41 @@ use crate::state::{Event, Halt, LogArg, LoopPaths, Previous, State, StateError};
 
 /// Stops everything a killed tick left running: members of the process groups it
 /// recorded and, when it died mid-tick, every process that still carries the loop's
-/// environment (it may have spawned one before recording its group).
-pub fn stop_leftovers(paths: &LoopPaths, previous: &Previous) -> Result<(), StateError> {
+/// environment (it may have spawned one before recording its group). Every kill happens
+/// before anything is logged, so a log that cannot be written stops no kill; returns how
+/// many processes were stopped, or the first logging error after all of them.
+pub fn stop_leftovers(paths: &LoopPaths, previous: &Previous) -> Result<usize, StateError> {
+    let mut lines = Vec::new();
     for &pgid in &previous.groups {
         let killed = crate::process::kill_loop_processes(&paths.name, &paths.project, Some(pgid));
         if killed > 0 {
-            paths.log(
-                Event::Warn,
-                &[
-                    LogArg::Kv("pgid", pgid.to_string()),
-                    LogArg::Kv("killed", killed.to_string()),
-                    LogArg::Kv(
-                        "msg",
-                        "stopped processes left running by an interrupted tick".into(),
-                    ),
-                ],
-            )?;
+            lines.push((Some(pgid), killed));
         }
     }
     if previous.died {
         let killed = crate::process::kill_loop_processes(&paths.name, &paths.project, None);
         if killed > 0 {
-            paths.log(
-                Event::Warn,
-                &[
-                    LogArg::Kv("killed", killed.to_string()),
-                    LogArg::Kv(
-                        "msg",
-                        "stopped processes an interrupted tick left outside its recorded groups"
-                            .into(),
-                    ),
-                ],
-            )?;
+            lines.push((None, killed));
         }
     }
-    Ok(())
+    let mut logged = Ok(());
+    for (pgid, killed) in &lines {
+        let mut args = Vec::new();
+        let msg = match pgid {
+            Some(g) => {
+                args.push(LogArg::Kv("pgid", g.to_string()));
+                "stopped processes left running by an interrupted tick"
+            }
+            None => "stopped processes an interrupted tick left outside its recorded groups",
+        };
+        args.push(LogArg::Kv("killed", killed.to_string()));
+        args.push(LogArg::Kv("msg", msg.into()));
+        let r = paths.log(Event::Warn, &args);
+        if logged.is_ok() {
+            logged = r;
+        }
+    }
+    logged.map(|()| lines.iter().map(|(_, k)| k).sum())
 }
 
 /// Lock and log files loopflow must own as regular files: one that is a directory, a

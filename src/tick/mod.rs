@@ -194,8 +194,9 @@ pub fn run_tick(
     if let Some(lock) = &lock {
         // A tick killed outright (kill -9) cannot stop its agents; this one does, before
         // anything else runs in the loop's worktree.
-        guard::stop_leftovers(&paths, &lock.take_previous())?;
+        let stopped = guard::stop_leftovers(&paths, &lock.take_previous());
         paths.remove_stale_temps();
+        stopped?;
     }
     let result = run_locked(&paths, &ledger, lock.as_ref(), &repaired, opts, cancel);
     if let Some(lock) = &lock {
@@ -230,8 +231,9 @@ pub fn run_tick(
 /// stopped at once rather than at the loop's next tick, an interval later. Takes the
 /// tick lock without waiting (`false`: another tick holds it and will clean up itself),
 /// stops the recorded groups and, since the tick died, every process carrying the
-/// loop's marks, removes its stale temp files, and clears the lock file's marks.
-pub fn clean_up_after_killed_tick(project: &Path, name: &str) -> Result<bool, StateError> {
+/// loop's marks, removes its stale temp files, and clears the lock file's marks (even
+/// when logging what it stopped failed). Returns how many processes it stopped.
+pub fn clean_up_after_killed_tick(project: &Path, name: &str) -> Result<Option<usize>, StateError> {
     let project = std::path::absolute(project).map_err(|source| StateError::Io {
         path: project.to_path_buf(),
         source,
@@ -239,12 +241,12 @@ pub fn clean_up_after_killed_tick(project: &Path, name: &str) -> Result<bool, St
     let paths = LoopPaths::new(&project, name);
     paths.refuse_symlinks()?;
     let Some(lock) = lock(&paths)? else {
-        return Ok(false);
+        return Ok(None);
     };
-    guard::stop_leftovers(&paths, &lock.take_previous())?;
+    let stopped = guard::stop_leftovers(&paths, &lock.take_previous());
     paths.remove_stale_temps();
     lock.clear();
-    Ok(true)
+    stopped.map(Some)
 }
 
 /// The tick lock, taken without waiting for another tick — but a tick killed a moment

@@ -341,6 +341,10 @@ fn a_killed_tick_s_agents_are_stopped_by_the_daemon_at_once() {
             .iter()
             .any(|e| e.starts_with(&format!("WARN pgid={pgid} killed=2")))
     });
+    // The lock file's marks were cleared (not left naming the daemon as a running tick).
+    wait_until("the lock file's marks cleared", || {
+        std::fs::read_to_string(&lock).is_ok_and(|t| t.is_empty())
+    });
     // The daemon is still there, and the loop is not marked as running.
     let mut d = d;
     assert!(d.try_wait().unwrap().is_none(), "the daemon stopped");
@@ -351,7 +355,7 @@ fn a_killed_tick_s_agents_are_stopped_by_the_daemon_at_once() {
     unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
     let err = finish(d);
     assert!(
-        err.contains("was killed (signal 9); stopped what it left running"),
+        err.contains("was killed (signal 9); stopped the 2 process(es) it left running"),
         "{err}"
     );
     assert_eq!(p.state("o")["iteration_count"], 0);
