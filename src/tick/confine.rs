@@ -14,6 +14,9 @@ use crate::sandbox::{Mode, Policy, Prepared, Sandbox, SandboxError, Shortfall};
 pub struct Confinement {
     backend: Option<Box<dyn Sandbox>>,
     base: Policy,
+    /// The project and its `.loopflow`, resolved: no agent state directory may be or hold
+    /// the one, or lie inside the other.
+    own: Option<(PathBuf, PathBuf)>,
     /// The last policy prepared (the extra paths it added, what the kernel got for it,
     /// and the identity of every path it names), reused while those paths are the same
     /// files: building a ruleset opens and adds a rule for each path (~40 syscalls), and
@@ -68,6 +71,7 @@ impl Confinement {
             return Confinement {
                 backend: None,
                 base: Policy::new(),
+                own: None,
                 last: Default::default(),
             };
         }
@@ -93,11 +97,35 @@ impl Confinement {
         for (p, _) in &config.sandbox.write {
             base = base.write_dir(p.clone());
         }
+        let real = |p: &Path| {
+            p.canonicalize()
+                .unwrap_or_else(|_| crate::fs_safe::normalize(p))
+        };
         Confinement {
             backend: Some(crate::sandbox::platform_default()),
             base,
+            own: Some((real(project), real(&project.join(".loopflow")))),
             last: Default::default(),
         }
+    }
+
+    /// An agent's state directories (its preset's `sandbox_write`, expanded) split into
+    /// those it may write and those it may not: one that is the project or holds it — a
+    /// bare `~/.cache` with `XDG_CACHE_HOME=/tmp` and the project under `/tmp` — or lies
+    /// inside its `.loopflow` would let the agent rewrite the loop's state and log.
+    /// Compared once links and `..` are resolved (each is created first, as the agent
+    /// would; a rule needs it to exist).
+    pub fn split_state_dirs(&self, dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let Some((project, own)) = &self.own else {
+            return (dirs.to_vec(), Vec::new());
+        };
+        dirs.iter().cloned().partition(|d| {
+            let _ = std::fs::create_dir_all(d);
+            let real = d
+                .canonicalize()
+                .unwrap_or_else(|_| crate::fs_safe::normalize(d));
+            !(project.starts_with(&real) || real.starts_with(own))
+        })
     }
 
     /// What the kernel gives for the tick's policy, said once before any agent runs.

@@ -233,7 +233,24 @@ impl Host for Tick<'_> {
             }
         };
         let watch = || self.halts.look(self.paths);
-        let sandbox = match self.confine.prepare(&s.write) {
+        let (write, refused) = self.confine.split_state_dirs(&s.write);
+        if !refused.is_empty() {
+            let list: Vec<String> = refused.iter().map(|p| p.display().to_string()).collect();
+            let _ = self.paths.log(
+                Event::Warn,
+                &[
+                    LogArg::Kv("node", node.to_string()),
+                    LogArg::Kv(
+                        "msg",
+                        format!(
+                            "the agent may not write {}: it holds the project or its .loopflow (check the XDG_*_HOME variables)",
+                            list.join(", ")
+                        ),
+                    ),
+                ],
+            );
+        }
+        let sandbox = match self.confine.prepare(&write) {
             Ok(p) => p,
             Err(e) => {
                 return Finished {

@@ -511,3 +511,73 @@ fn bricked_lock_files_halt_the_loop_before_any_agent_runs() {
         assert!(!s["halt"].is_null(), "{file}: not halted: {s}");
     }
 }
+
+/// A preset's state directory is widened by the XDG variables (aider's `~/.cache` is all
+/// of `$XDG_CACHE_HOME`). Set to a directory that holds the project, it would let the
+/// sandboxed agent rewrite the loop's own files: such a directory is not granted (a WARN
+/// says so) and the agent's write into the loop directory is refused.
+#[test]
+fn an_xdg_state_dir_that_holds_the_project_is_not_granted() {
+    if !landlock() {
+        return;
+    }
+    let p = Project::git();
+    let home = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    // A fake `aider` (the preset's program): implement tries to write into the loop's
+    // directory; verify answers with a verdict.
+    let fake = bin.path().join("aider");
+    std::fs::write(
+        &fake,
+        format!(
+            r#"#!/bin/sh
+case "$LOOPFLOW_NODE" in
+  implement) echo forged > "$LOOPFLOW_PROJECT/.loopflow/loops/l/pwned" ; echo done ;;
+  verify) echo '{HALF}' ;;
+  *) echo ok ;;
+esac
+exit 0
+"#
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    p.with_loop(
+        "l",
+        &LoopToml::new()
+            .without("worktree")
+            .table("sandbox", "mode = \"enforce\"")
+            .harness("preset = \"aider\""),
+    );
+    // The project's parent: XDG_CACHE_HOME there puts the project inside aider's cache.
+    let parent = p.path().parent().unwrap().display().to_string();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let r = p.lf_env(
+        &["run", "--loop", "l", "--json"],
+        &[
+            ("PATH", path.as_str()),
+            ("HOME", home.path().to_str().unwrap()),
+            ("XDG_CACHE_HOME", parent.as_str()),
+        ],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        !p.loop_dir("l").join("pwned").exists(),
+        "the agent wrote into the loop's directory: {:?}",
+        p.events("l")
+    );
+    let warned = p.events("l").into_iter().any(|e| {
+        e.starts_with("WARN node=implement")
+            && e.contains(&format!("the agent may not write {parent}"))
+    });
+    assert!(warned, "{:?}", p.events("l"));
+    // Its own state dir under the (temporary) home is still granted.
+    assert!(home.path().join(".aider").is_dir());
+}
