@@ -185,9 +185,11 @@ fn repo_prefix(project: &std::path::Path) -> (String, Option<String>) {
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
+    // No segment may start with `-`: it would read as an option to `git worktree add`.
     let plain = prefix
         .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b));
+        .all(|b| b.is_ascii_alphanumeric() || b"._-/".contains(&b))
+        && prefix.split('/').all(|seg| !seg.starts_with('-'));
     if plain {
         (prefix, None)
     } else {
@@ -210,6 +212,12 @@ pub fn github_actions(t: &Target) -> File {
     // workflow are relative to the checkout, loopflow is pointed at the project.
     let (rel, rel_problem) = repo_prefix(&t.project);
     let dir = format!("{rel}.loopflow/loops/{n}");
+    // Two projects of one repository may both have a loop `l`: the workflow file, its
+    // concurrency group and its cache keys carry the project's place (`services-api-l`).
+    let id = match rel.trim_end_matches('/') {
+        "" => n.to_string(),
+        r => format!("{}-{n}", r.replace('/', "-")),
+    };
     let project = match rel.trim_end_matches('/') {
         "" => "$GITHUB_WORKSPACE".to_string(),
         r => format!("$GITHUB_WORKSPACE/{r}"),
@@ -252,7 +260,7 @@ pub fn github_actions(t: &Target) -> File {
 # the loop's branch loopflow/{n} is pushed back after each tick. Start the loop with a
 # manual run ("Run workflow") giving the task; clear a halt with a manual run and
 # "approve" ticked (recorded as approved by you).
-{secrets_note}{note}{timeout_note}name: loopflow {n}
+{secrets_note}{note}{timeout_note}name: loopflow {rel}{n}
 
 on:
   schedule:
@@ -274,7 +282,7 @@ on:
 
 # One tick at a time; a queued tick waits and a running one is never cancelled.
 concurrency:
-  group: loopflow-{n}
+  group: loopflow-{id}
   cancel-in-progress: false
 
 permissions:
@@ -299,8 +307,8 @@ jobs:
           path: |
             {dir}/.state.loop
             {dir}/.state.log
-          key: loopflow-{n}-${{{{ github.run_id }}}}
-          restore-keys: loopflow-{n}-
+          key: loopflow-{id}-${{{{ github.run_id }}}}
+          restore-keys: loopflow-{id}-
 {rel_check}{install}{agents}      - name: Restore the loop's branch
         run: git fetch origin "loopflow/{n}:loopflow/{n}" || git branch "loopflow/{n}"
       - name: Start the loop (first run)
@@ -330,7 +338,7 @@ jobs:
           path: |
             {dir}/.state.loop
             {dir}/.state.log
-          key: loopflow-{n}-${{{{ github.run_id }}}}
+          key: loopflow-{id}-${{{{ github.run_id }}}}
 "#,
         tick_env = if secrets_env.is_empty() {
             String::new()
@@ -339,9 +347,21 @@ jobs:
         },
     );
     File {
-        name: format!("loopflow-{n}.yml"),
+        name: format!("loopflow-{id}.yml"),
         text,
     }
+}
+
+/// Where GitHub reads workflows for `project`: `.github/workflows` at the top of its
+/// repository (a project in a subdirectory included), or in the project outside one.
+pub fn workflows_dir(project: &std::path::Path) -> std::path::PathBuf {
+    crate::git::git(project, &["rev-parse", "--show-toplevel"])
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| crate::git::path_of(o.stdout.trim_ascii_end()))
+        .unwrap_or_else(|| project.to_path_buf())
+        .join(".github")
+        .join("workflows")
 }
 
 #[cfg(test)]

@@ -224,7 +224,7 @@ pub fn install(
         }
         Platform::GithubActions => {
             let f = github_actions(t);
-            let path = t.project.join(".github").join("workflows").join(&f.name);
+            let path = super::github::workflows_dir(&t.project).join(&f.name);
             write_file(&path, &f.text)?;
             said.push(format!(
                 "wrote {} (commit and push it; GitHub runs it on its schedule)",

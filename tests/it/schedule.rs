@@ -208,6 +208,54 @@ fn github_workflow_passes_actionlint() {
     );
 }
 
+/// `schedule install` of a project in a subdirectory writes the workflow where GitHub
+/// reads workflows, the repository's top, named for the project's place so two projects'
+/// loops `l` do not collide; actionlint accepts it; `uninstall` removes it.
+#[test]
+fn github_install_of_a_subdirectory_project_writes_at_the_repository_top() {
+    let p = Project::git();
+    let proj = p.join("services/api");
+    std::fs::create_dir_all(&proj).unwrap();
+    let lf = |args: &[&str]| {
+        let r = Run::of(loopflow(p.path()).arg("--project").arg(&proj).args(args));
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+        r.stdout
+    };
+    lf(&["create", "--loop", "l", "--task", "t"]);
+    let mut args = vec![
+        "schedule",
+        "install",
+        "--loop",
+        "l",
+        "--platform",
+        "github-actions",
+    ];
+    args.extend(platform_args("github-actions"));
+    lf(&args);
+    let wf = p.join(".github/workflows/loopflow-services-api-l.yml");
+    let text = std::fs::read_to_string(&wf).unwrap_or_else(|e| panic!("{}: {e}", wf.display()));
+    assert!(!proj.join(".github").exists(), "written inside the project");
+    for want in [
+        "group: loopflow-services-api-l",
+        "key: loopflow-services-api-l-",
+        "--project \"$GITHUB_WORKSPACE/services/api\"",
+        "services/api/.loopflow/loops/l/.state.loop",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    if have("actionlint") {
+        let out = Command::new("actionlint").arg(&wf).output().unwrap();
+        assert!(
+            out.status.success(),
+            "actionlint: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    lf(&["schedule", "uninstall", "--loop", "l"]);
+    assert!(!wf.exists(), "uninstall left the workflow");
+}
+
 #[test]
 fn kubernetes_cronjob_passes_kubernetes_validate() {
     let p = project(600);
