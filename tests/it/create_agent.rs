@@ -271,3 +271,85 @@ fn a_committed_loop_toml_is_started_as_it_is_only_when_valid() {
     );
     assert_eq!(p.events("l"), ["CREATE adopted=loop.toml worktree=false"]);
 }
+
+/// The gemini preset turns Gemini CLI's usage statistics off through its system-defaults
+/// file (no flag or variable does): loopflow writes the file under the loop's `cache/`
+/// and points `GEMINI_CLI_SYSTEM_DEFAULTS_PATH` at it, unless the user set that variable,
+/// which then reaches the agent as it was. A fake `gemini` reports what it was given.
+#[test]
+fn the_gemini_preset_turns_usage_statistics_off_through_its_defaults_file() {
+    let p = Project::new();
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("gemini");
+    std::fs::write(
+        &fake,
+        r#"#!/bin/sh
+echo "defaults=$GEMINI_CLI_SYSTEM_DEFAULTS_PATH" >&2
+[ -f "$GEMINI_CLI_SYSTEM_DEFAULTS_PATH" ] && cat "$GEMINI_CLI_SYSTEM_DEFAULTS_PATH" >&2
+case "$LOOPFLOW_NODE" in
+  verify) echo '{"response": "{\"pass\": false, \"score\": 0.5}", "stats": {"models": {}}}' ;;
+  *) echo '{"response": "done", "stats": {"models": {}}}' ;;
+esac
+"#,
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let r = p.lf(&[
+        "create",
+        "--loop",
+        "g",
+        "--task",
+        "t",
+        "--no-worktree",
+        "--agent",
+        "gemini",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let home = tempfile::tempdir().unwrap();
+    let env = [
+        ("PATH", path.as_str()),
+        ("HOME", home.path().to_str().unwrap()),
+    ];
+    let r = p.lf_env(&["run", "--loop", "g"], &env);
+    assert_eq!(r.code, 0, "{r:?}");
+    let stderr = p.read(".loopflow/loops/g/outputs/1-implement.stderr");
+    let file = p.loop_dir("g").join("cache/agent/gemini-defaults.json");
+    assert!(
+        stderr.contains(&format!("defaults={}", file.display())),
+        "{stderr}"
+    );
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(
+        written["privacy"]["usageStatisticsEnabled"], false,
+        "{written}"
+    );
+    assert!(stderr.contains("usageStatisticsEnabled"), "{stderr}");
+    assert_eq!(p.state("g")["iteration_count"], 1);
+    // The user's own file: passed on untouched, nothing written in its place.
+    std::fs::remove_file(&file).unwrap();
+    let mine = p.write("my-defaults.json", "{}");
+    let mine_s = mine.display().to_string();
+    let env = [
+        ("PATH", path.as_str()),
+        ("HOME", home.path().to_str().unwrap()),
+        ("GEMINI_CLI_SYSTEM_DEFAULTS_PATH", mine_s.as_str()),
+    ];
+    let r = p.lf_env(&["run", "--loop", "g"], &env);
+    assert_eq!(r.code, 0, "{r:?}");
+    let stderr = p.read(".loopflow/loops/g/outputs/2-implement.stderr");
+    assert!(stderr.contains(&format!("defaults={mine_s}")), "{stderr}");
+    assert!(
+        !file.exists(),
+        "written although the user named their own file"
+    );
+    assert_eq!(p.read("my-defaults.json"), "{}");
+}
