@@ -517,14 +517,19 @@ pub fn reap_leftovers(marks: &[String]) -> usize {
 /// (`kill -9`, OOM) left running, found by the next tick. Matching the environment, not
 /// a recorded group id, means a recycled id never takes an unrelated process down and a
 /// process started before its group was recorded is still found. Returns how many were
-/// killed.
-pub fn kill_loop_processes(loop_name: &str, project: &Path, only_group: Option<u32>) -> usize {
+/// killed; `seen` holds the pids killed by earlier calls (a process killed a moment ago
+/// may not have exited yet) and gains this call's, so no process is counted twice.
+pub fn kill_loop_processes(
+    loop_name: &str,
+    project: &Path,
+    only_group: Option<u32>,
+    seen: &mut HashSet<i32>,
+) -> usize {
     #[cfg(target_os = "linux")]
     {
         let [want_loop, want_project] = loop_marks(loop_name, project).map(String::into_bytes);
         let me = std::process::id() as i32;
         let mut killed = 0;
-        let mut seen = HashSet::new();
         // Twice: a process caught half-way through exec the first time is seen the second.
         for _ in 0..2 {
             let Ok(rd) = std::fs::read_dir("/proc") else {
@@ -554,7 +559,7 @@ pub fn kill_loop_processes(loop_name: &str, project: &Path, only_group: Option<u
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (loop_name, project, only_group);
+        let _ = (loop_name, project, only_group, seen);
         0
     }
 }

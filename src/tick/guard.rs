@@ -18,14 +18,19 @@ use crate::state::{Event, Halt, LogArg, LoopPaths, Previous, State, StateError};
 /// many processes were stopped, or the first logging error after all of them.
 pub fn stop_leftovers(paths: &LoopPaths, previous: &Previous) -> Result<usize, StateError> {
     let mut lines = Vec::new();
+    // One set across the calls: a process killed with its group may still be dying when
+    // the sweep by marks looks, and must not be killed (and counted) again.
+    let mut seen = std::collections::HashSet::new();
     for &pgid in &previous.groups {
-        let killed = crate::process::kill_loop_processes(&paths.name, &paths.project, Some(pgid));
+        let killed =
+            crate::process::kill_loop_processes(&paths.name, &paths.project, Some(pgid), &mut seen);
         if killed > 0 {
             lines.push((Some(pgid), killed));
         }
     }
     if previous.died {
-        let killed = crate::process::kill_loop_processes(&paths.name, &paths.project, None);
+        let killed =
+            crate::process::kill_loop_processes(&paths.name, &paths.project, None, &mut seen);
         if killed > 0 {
             lines.push((None, killed));
         }

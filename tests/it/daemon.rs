@@ -354,9 +354,18 @@ fn a_killed_tick_s_agents_are_stopped_by_the_daemon_at_once() {
     // SAFETY: a signal to our own child.
     unsafe { libc::kill(d.id() as i32, libc::SIGTERM) };
     let err = finish(d);
+    // Both processes of the agent's group, each counted once.
     assert!(
         err.contains("was killed (signal 9); stopped the 2 process(es) it left running"),
         "{err}"
+    );
+    // Killed with its group, nothing of it is found again by the sweep for marks.
+    assert!(
+        !p.events("o")
+            .iter()
+            .any(|e| e.contains("outside its recorded groups")),
+        "{:?}",
+        p.events("o")
     );
     assert_eq!(p.state("o")["iteration_count"], 0);
 }
