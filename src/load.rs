@@ -670,16 +670,6 @@ pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
             let names: Vec<&str> = agent.env.iter().map(|(k, _)| k.as_str()).collect();
             out.push_str(&format!("    env: {}\n", names.join(", ")));
         }
-        if let Some(d) = &agent.defaults_file {
-            let keys: Vec<&str> = d.json.keys().map(String::as_str).collect();
-            out.push_str(&format!(
-                "    defaults file: {} = cache/agent/{}-defaults.json ({}; unless {} is set)\n",
-                d.env,
-                agent.preset.unwrap_or("agent"),
-                keys.join(", "),
-                d.env
-            ));
-        }
         if !agent.sandbox_write.is_empty() {
             let dirs: Vec<String> = agent.sandbox_write.iter().map(|p| tilde(p)).collect();
             out.push_str(&format!("    may also write: {}\n", dirs.join(", ")));

@@ -35,8 +35,6 @@ pub struct Agent {
     /// The agent's state directories (`~/` expanded), writable in the sandbox.
     pub sandbox_write: Vec<std::path::PathBuf>,
     pub usage: UsageRule,
-    /// Settings written to a file for the agent (the preset's `[defaults_file]`).
-    pub defaults_file: Option<crate::preset::DefaultsFile>,
 }
 
 impl AgentKeys {
@@ -135,7 +133,6 @@ pub(super) fn resolve(
             })
             .unwrap_or_default(),
         usage,
-        defaults_file: preset.and_then(|p| p.defaults_file.clone()),
     }
 }
 

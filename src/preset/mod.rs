@@ -78,24 +78,6 @@ pub struct Preset {
     /// Environment variables holding the agent's credentials (for CI secrets).
     pub secrets: Vec<String>,
     pub usage: UsageRule,
-    /// Settings the agent takes only from a file (`[defaults_file]`): loopflow writes one
-    /// and points the agent at it.
-    pub defaults_file: Option<DefaultsFile>,
-}
-
-/// A JSON settings file of the agent's lowest precedence — its system-wide defaults,
-/// which the user's own settings override — that loopflow writes for it (Gemini CLI's
-/// usage statistics can be turned off nowhere else). The keys of the file the agent
-/// would read without it (`system`, an administrator's) win over these; an `env` the
-/// user set already is left alone.
-#[derive(Debug, Clone)]
-pub struct DefaultsFile {
-    /// The variable naming the file (`GEMINI_CLI_SYSTEM_DEFAULTS_PATH`).
-    pub env: String,
-    /// The file the agent reads when `env` is unset.
-    pub system: std::path::PathBuf,
-    /// The settings loopflow adds.
-    pub json: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Preset {
@@ -180,7 +162,6 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
             "secrets",
             "roles",
             "usage",
-            "defaults_file",
         ],
         diags,
     );
@@ -220,22 +201,6 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
         .table("usage", diags)
         .map(|t| UsageRule::read(&t, diags))
         .unwrap_or_default();
-    let defaults_file = root.table("defaults_file", diags).and_then(|t| {
-        t.deny_unknown(&["env", "system", "json"], diags);
-        let (env, system, json) = (
-            t.str("env", diags)?,
-            t.str("system", diags)?,
-            t.str("json", diags)?,
-        );
-        let serde_json::Value::Object(json) = serde_json::from_str(&json.value).ok()? else {
-            return None;
-        };
-        Some(DefaultsFile {
-            env: env.value,
-            system: system.value.into(),
-            json,
-        })
-    });
     Some(Preset {
         name,
         source: source.clone(),
@@ -248,7 +213,6 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
         install,
         secrets,
         usage,
-        defaults_file,
     })
 }
 
@@ -257,22 +221,6 @@ mod tests {
     use super::usage::resolve;
     use super::*;
     use serde_json::Value;
-
-    /// Gemini's usage statistics go off through its defaults file; no other preset has one.
-    #[test]
-    fn only_gemini_writes_a_defaults_file() {
-        for name in names() {
-            let p = load(name, &mut Diagnostics::default()).unwrap();
-            match (name, &p.defaults_file) {
-                ("gemini", Some(d)) => {
-                    assert_eq!(d.env, "GEMINI_CLI_SYSTEM_DEFAULTS_PATH");
-                    assert_eq!(d.json["privacy"]["usageStatisticsEnabled"], false);
-                }
-                ("gemini", None) => panic!("gemini has no defaults_file"),
-                (_, d) => assert!(d.is_none(), "{name}"),
-            }
-        }
-    }
 
     #[test]
     fn every_preset_loads_cleanly() {

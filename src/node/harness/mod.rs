@@ -260,23 +260,13 @@ impl NodeSpec for HarnessNode {
             .and_then(|c| c.idle_timeout)
             .or(ctx.config().harness_idle_timeout);
         let agent = ctx.config().agent(&self.role.value);
-        let mut env = Vec::with_capacity(agent.env.len() + 1);
+        let mut env = Vec::with_capacity(agent.env.len());
         for (k, t) in &agent.env {
             match ctx.render_with(&t.text, &vars) {
                 Ok(v) => env.push((k.clone(), v)),
                 Err(e) => {
                     return NodeRun::fail(Failure::Template(format!("env {k}: {e}")));
                 }
-            }
-        }
-        if let Some(df) = &agent.defaults_file
-            && std::env::var_os(&df.env).is_none()
-        {
-            match write_defaults(ctx, agent.preset.unwrap_or("agent"), df) {
-                Ok(path) => env.push((df.env.clone(), path.display().to_string())),
-                Err(e) => ctx.warn(format!(
-                    "the agent's defaults file was not written ({e}); it runs with its own defaults"
-                )),
             }
         }
         let spawn = Spawn {
@@ -355,46 +345,6 @@ impl NodeSpec for HarnessNode {
             Some(c) => format!("{argv}  (compaction prompt: {c})"),
             None => argv,
         }))
-    }
-}
-
-/// Writes the agent's [`DefaultsFile`](crate::preset::DefaultsFile) under the loop's
-/// `cache/agent/` (loopflow's own, git-ignored, out of the sandbox's reach): the preset's
-/// settings with the keys of the file the agent would otherwise read laid over them, so
-/// an administrator's defaults still win. Returns where it is.
-fn write_defaults(
-    ctx: &NodeCtx<'_>,
-    preset: &str,
-    df: &crate::preset::DefaultsFile,
-) -> std::io::Result<std::path::PathBuf> {
-    let mut merged = serde_json::Value::Object(df.json.clone());
-    if let Ok(text) = crate::fs_safe::read_to_string(&df.system)
-        && let Ok(admin @ serde_json::Value::Object(_)) = serde_json::from_str(&text)
-    {
-        overlay(&mut merged, admin);
-    }
-    let dir = ctx.scope().cache_dir.join("agent");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{preset}-defaults.json"));
-    let text = serde_json::to_string_pretty(&merged).map_err(std::io::Error::other)?;
-    crate::fs_safe::write_owned(&path, text.as_bytes())?;
-    Ok(path)
-}
-
-/// `top`'s keys over `base`'s, objects merged key by key.
-fn overlay(base: &mut serde_json::Value, top: serde_json::Value) {
-    match (base, top) {
-        (serde_json::Value::Object(b), serde_json::Value::Object(t)) => {
-            for (k, v) in t {
-                match b.get_mut(&k) {
-                    Some(slot) => overlay(slot, v),
-                    None => {
-                        b.insert(k, v);
-                    }
-                }
-            }
-        }
-        (slot, v) => *slot = v,
     }
 }
 
