@@ -137,6 +137,16 @@ pub fn rev(cwd: &Path, spec: &str) -> Result<Option<String>, GitError> {
     Ok((out.status.success() && !text.is_empty()).then_some(text))
 }
 
+/// The top of the working tree `dir` is in (`git rev-parse --show-toplevel`), `None`
+/// outside any (or without git).
+pub fn toplevel(dir: &Path) -> Option<PathBuf> {
+    let out = git(dir, &["rev-parse", "--show-toplevel"]).ok()?;
+    out.status
+        .success()
+        .then(|| path_of(trim_newline(&out.stdout)))
+        .filter(|t| t.is_dir())
+}
+
 /// A path as git prints it with `-z`: bytes, not necessarily UTF-8.
 #[cfg(unix)]
 pub fn path_of(b: &[u8]) -> PathBuf {

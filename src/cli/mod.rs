@@ -264,13 +264,7 @@ pub(crate) fn project_root(given: Option<&Path>) -> PathBuf {
     if let Some(found) = cwd.ancestors().find(|d| d.join(".loopflow").is_dir()) {
         return found.to_path_buf();
     }
-    crate::git::git(&cwd, &["rev-parse", "--show-toplevel"])
-        .ok()
-        .filter(|o| o.status.success())
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .map(|t| PathBuf::from(t.trim_end_matches(['\n', '\r'])))
-        .filter(|t| t.is_dir())
-        .unwrap_or(cwd)
+    crate::git::toplevel(&cwd).unwrap_or(cwd)
 }
 
 pub fn main() -> i32 {

@@ -355,10 +355,7 @@ jobs:
 /// Where GitHub reads workflows for `project`: `.github/workflows` at the top of its
 /// repository (a project in a subdirectory included), or in the project outside one.
 pub fn workflows_dir(project: &std::path::Path) -> std::path::PathBuf {
-    crate::git::git(project, &["rev-parse", "--show-toplevel"])
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| crate::git::path_of(o.stdout.trim_ascii_end()))
+    crate::git::toplevel(project)
         .unwrap_or_else(|| project.to_path_buf())
         .join(".github")
         .join("workflows")
