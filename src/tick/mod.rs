@@ -194,9 +194,7 @@ pub fn run_tick(
     if let Some(lock) = &lock {
         // A tick killed outright (kill -9) cannot stop its agents; this one does, before
         // anything else runs in the loop's worktree.
-        let stopped = guard::stop_leftovers(&paths, &lock.take_previous());
-        paths.remove_stale_temps();
-        stopped?;
+        after_previous_tick(&paths, lock)?;
     }
     let result = run_locked(&paths, &ledger, lock.as_ref(), &repaired, opts, cancel);
     if let Some(lock) = &lock {
@@ -243,10 +241,18 @@ pub fn clean_up_after_killed_tick(project: &Path, name: &str) -> Result<Option<u
     let Some(lock) = lock(&paths)? else {
         return Ok(None);
     };
-    let stopped = guard::stop_leftovers(&paths, &lock.take_previous());
-    paths.remove_stale_temps();
+    let stopped = after_previous_tick(&paths, &lock);
     lock.clear();
     stopped.map(Some)
+}
+
+/// What every holder of a loop's tick lock does first: stop what an earlier tick left
+/// running (see [`guard::stop_leftovers`]) and remove the temp files a killed writer
+/// left, the temps even when logging the stops failed. Returns how many it stopped.
+fn after_previous_tick(paths: &LoopPaths, lock: &TickLock) -> Result<usize, StateError> {
+    let stopped = guard::stop_leftovers(paths, &lock.take_previous());
+    paths.remove_stale_temps();
+    stopped
 }
 
 /// The tick lock, taken without waiting for another tick — but a tick killed a moment
