@@ -158,9 +158,7 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
         match status_row(project, n) {
             Ok(r) => rows.push(r),
             Err(NoRow::Untracked) => {
-                // Never started: no state and no log either (a lost state leaves its log).
-                let paths = LoopPaths::new(project, n);
-                if !paths.log.exists() && paths.config().is_file() {
+                if LoopPaths::new(project, n).never_started() {
                     unstarted.push(n.clone());
                 }
             }

@@ -231,8 +231,7 @@ pub fn view(
 ) -> (LoopView, Vec<String>) {
     let paths = LoopPaths::new(project, name);
     let has_state = paths.state.exists();
-    // Never started: no state and no log either (a lost state leaves its log).
-    let unstarted = !has_state && !paths.log.exists() && paths.config().is_file();
+    let unstarted = !has_state && paths.never_started();
     let state = if has_state {
         paths
             .load()

@@ -117,6 +117,12 @@ impl LoopPaths {
         self.dir.join("cache")
     }
 
+    /// A loop directory committed but never started (a fresh clone): its `loop.toml`, and
+    /// neither state nor log (a lost state leaves its log behind).
+    pub fn never_started(&self) -> bool {
+        !self.state.exists() && !self.log.exists() && self.config().is_file()
+    }
+
     pub fn load(&self) -> Result<State, StateError> {
         load(&self.state)
     }
