@@ -115,7 +115,7 @@ impl Confinement {
     /// inside its `.loopflow` would let the agent rewrite the loop's state and log.
     /// Compared once links and `..` are resolved (each is created first, as the agent
     /// would; a rule needs it to exist).
-    pub fn split_state_dirs(&self, dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    fn split_state_dirs(&self, dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
         let Some((project, own)) = &self.own else {
             return (dirs.to_vec(), Vec::new());
         };
@@ -195,9 +195,20 @@ impl Confinement {
         )
     }
 
-    /// The sandbox of one spawn: the tick's policy plus the agent's own state
-    /// directories (created if missing: the agent would create them anyway, and a rule
-    /// needs the directory to exist). `None` when the sandbox is off.
+    /// The sandbox of one agent's spawn: the tick's policy plus the agent's state
+    /// directories, less those [`Confinement::split_state_dirs`] refuses (returned, for
+    /// the tick to say so).
+    pub fn prepare_agent(
+        &self,
+        state_dirs: &[PathBuf],
+    ) -> (Result<Option<Prepared>, SandboxError>, Vec<PathBuf>) {
+        let (granted, refused) = self.split_state_dirs(state_dirs);
+        (self.prepare(&granted), refused)
+    }
+
+    /// The sandbox of one spawn: the tick's policy plus `extra` directories, which exist
+    /// ([`Confinement::split_state_dirs`] made them: a rule needs the directory). `None`
+    /// when the sandbox is off.
     ///
     /// The ruleset of the previous call is reused when it was made for the same extra
     /// paths and every path of the policy is still the file it was then (one `stat` each).
@@ -207,7 +218,6 @@ impl Confinement {
         };
         let mut policy = self.base.clone();
         for d in extra {
-            let _ = std::fs::create_dir_all(d);
             policy = policy.write_dir(d.clone());
         }
         let ids = identities(&policy);

@@ -233,7 +233,7 @@ impl Host for Tick<'_> {
             }
         };
         let watch = || self.halts.look(self.paths);
-        let (write, refused) = self.confine.split_state_dirs(&s.write);
+        let (sandbox, refused) = self.confine.prepare_agent(&s.write);
         if !refused.is_empty() {
             let list: Vec<String> = refused.iter().map(|p| p.display().to_string()).collect();
             let _ = self.paths.log(
@@ -250,7 +250,7 @@ impl Host for Tick<'_> {
                 ],
             );
         }
-        let sandbox = match self.confine.prepare(&write) {
+        let sandbox = match sandbox {
             Ok(p) => p,
             Err(e) => {
                 return Finished {
