@@ -15,7 +15,7 @@
 //! `cargo build --release`. `BENCH_ROUNDS` (default 6) sets the rounds of part 1.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod support;
@@ -35,14 +35,7 @@ fn project(n: usize) -> (tempfile::TempDir, Vec<String>) {
 }
 
 fn run(cmd: &mut Command) -> (Duration, String) {
-    let start = Instant::now();
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("spawn");
-    let d = start.elapsed();
+    let (d, out) = support::timed_run(cmd);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),

@@ -10,20 +10,13 @@
 
 use std::fmt::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 mod support;
 
 fn timed(cmd: &mut Command) -> Duration {
-    let start = Instant::now();
-    let out = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("spawn");
-    let d = start.elapsed();
+    let (d, out) = support::timed_run(cmd);
     assert!(
         out.status.code().is_some_and(|c| c <= 1),
         "{cmd:?}: {}",

@@ -13,6 +13,20 @@ pub fn listing() -> bool {
     std::env::args().any(|a| a == "--list")
 }
 
+/// Runs `cmd` (stdin and stdout null, stderr kept) and times it: the wall time and what
+/// it printed on stderr with its status; each bench asserts what success means for it.
+pub fn timed_run(cmd: &mut std::process::Command) -> (Duration, std::process::Output) {
+    use std::process::Stdio;
+    let start = std::time::Instant::now();
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn");
+    (start.elapsed(), out)
+}
+
 /// `BENCH_ROUNDS`, else `default`.
 pub fn rounds(default: usize) -> usize {
     std::env::var("BENCH_ROUNDS")
