@@ -40,32 +40,38 @@ fn not_regular() -> io::Error {
     io::Error::other("is not a regular file; loopflow reads and writes only regular files here")
 }
 
-/// Appends at most `cap` bytes read from `f`'s position to `out`, for a file of about
-/// `len` bytes from there: one `read` of `len + 1` bytes into a buffer of that size, then
-/// reads on to the end (or `cap`) as `read_to_end` would. A small file costs its one read
-/// and the empty read that confirms the end, instead of `read_to_end`'s 32-byte probe and
-/// growth; a short read is never taken for the end, which some filesystems (FUSE direct
-/// I/O) return mid-file.
-pub fn read_capped(f: &mut File, len: u64, cap: u64, out: &mut Vec<u8>) -> io::Result<()> {
+/// Appends at most `cap` bytes read from `f`'s position to `out`, for a file that had
+/// `len` bytes from there when it was `fstat`ed: reads into a buffer of `len + 1` bytes
+/// until it holds the `len` bytes counted (the end the `fstat` saw: no second, empty read
+/// to confirm it), the reader ends sooner (the file shrank), or the buffer fills (the
+/// file grew: then on to the end or `cap`, as `read_to_end` would). A short read is never
+/// taken for the end, which some filesystems (FUSE direct I/O) return mid-file, and a
+/// file whose size says 0 (procfs) is still read to its end.
+pub fn read_capped(f: &mut impl Read, len: u64, cap: u64, out: &mut Vec<u8>) -> io::Result<()> {
     let fit = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let want = fit(len.min(cap)).saturating_add(1).min(fit(cap));
     let start = out.len();
     out.resize(start + want, 0);
-    let n = loop {
-        match f.read(&mut out[start..]) {
-            Ok(n) => break n,
+    let mut got = 0;
+    while got < want {
+        match f.read(&mut out[start + got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 out.truncate(start);
                 return Err(e);
             }
         }
-    };
-    out.truncate(start + n);
-    if n == 0 || n as u64 >= cap {
+        if got as u64 == len {
+            break;
+        }
+    }
+    out.truncate(start + got);
+    if got < want || got as u64 >= cap {
         return Ok(());
     }
-    f.take(cap - n as u64).read_to_end(out).map(|_| ())
+    f.take(cap - got as u64).read_to_end(out).map(|_| ())
 }
 
 /// Refuses anything but a regular file.
@@ -233,5 +239,53 @@ mod tests {
             let e = read_to_string(&fifo).unwrap_err();
             assert!(e.to_string().contains("not a regular file"), "{e}");
         }
+    }
+
+    /// Hands out at most `step` bytes per read, as FUSE direct I/O may mid-file.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+        reads: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.reads += 1;
+            let n = self.step.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    fn capped(data: &[u8], step: usize, len: u64, cap: u64) -> (Vec<u8>, usize) {
+        let mut r = Trickle {
+            data,
+            step,
+            reads: 0,
+        };
+        let mut out = b"kept:".to_vec();
+        read_capped(&mut r, len, cap, &mut out).unwrap();
+        (out[5..].to_vec(), r.reads)
+    }
+
+    #[test]
+    fn short_reads_are_never_the_end() {
+        let data = b"0123456789";
+        // The size fstat counted, in one read: no second read to confirm the end.
+        assert_eq!(capped(data, 64, 10, 100), (data.to_vec(), 1));
+        // Short reads mid-file go on to the counted size.
+        assert_eq!(capped(data, 3, 10, 100), (data.to_vec(), 4));
+        // The file grew after its fstat: read on to its end.
+        assert_eq!(capped(data, 3, 4, 100).0, data);
+        assert_eq!(capped(data, 64, 4, 100).0, data);
+        // It shrank: the end comes sooner.
+        assert_eq!(capped(data, 64, 40, 100).0, data);
+        // A size of 0 (procfs) is still read to the end.
+        assert_eq!(capped(data, 3, 0, 100).0, data);
+        // The cap holds whatever the size said.
+        assert_eq!(capped(data, 3, 0, 4).0, b"0123");
+        assert_eq!(capped(data, 64, 10, 4).0, b"0123");
+        assert_eq!(capped(data, 64, 2, 6).0, b"012345");
     }
 }
