@@ -48,29 +48,28 @@ pub(super) enum NoRow {
 /// from its own files.
 /// With the state and configuration the caller already loaded, nothing is read again.
 pub(super) fn row_of(
-    project: &Path,
-    name: &str,
+    paths: &LoopPaths,
     known: Option<(&crate::state::State, &LoopConfig)>,
 ) -> Result<serde_json::Value, Option<String>> {
     if let Some((s, c)) = known {
-        return Ok(row(&LoopPaths::new(project, name), s, Some(c), None));
+        return Ok(row(paths, s, Some(c), None));
     }
-    status_row(project, name).map_err(|e| match e {
+    status_row(paths).map_err(|e| match e {
         NoRow::Untracked => None,
         NoRow::Unreadable(e) => Some(e),
     })
 }
 
 /// One loop's row of `status` (DESIGN §10 keys, and what the table needs besides).
-pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value, NoRow> {
-    let paths = LoopPaths::new(project, name);
-    if !paths.state.exists() {
-        return Err(NoRow::Untracked);
-    }
-    let s = paths.load().map_err(|e| NoRow::Unreadable(e.to_string()))?;
+pub(super) fn status_row(paths: &LoopPaths) -> Result<serde_json::Value, NoRow> {
+    let project = paths.project.as_path();
+    let s = match paths.load() {
+        Err(e) if e.is_not_found() => return Err(NoRow::Untracked),
+        loaded => loaded.map_err(|e| NoRow::Unreadable(e.to_string()))?,
+    };
     // Paths in the problem read from where the user stands, as `check` prints them.
     let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
-    let (cfg, config_error) = match crate::load::config(&paths, &base) {
+    let (cfg, config_error) = match crate::load::config(paths, &base) {
         Ok(c) => (Some(c), None),
         Err(LoadError::Config(d)) => (
             None,
@@ -83,7 +82,7 @@ pub(super) fn status_row(project: &Path, name: &str) -> Result<serde_json::Value
             (None, Some(format!("{}: {source}", path.display())))
         }
     };
-    Ok(row(&paths, &s, cfg.as_ref(), config_error))
+    Ok(row(paths, &s, cfg.as_ref(), config_error))
 }
 
 /// The row from what was loaded: the state, the configuration (`None`: it does not
@@ -155,10 +154,11 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
     // A committed loop.toml without state (a fresh clone): a loop nobody started yet.
     let mut unstarted = Vec::new();
     for n in &names {
-        match status_row(project, n) {
+        let paths = LoopPaths::new(project, n);
+        match status_row(&paths) {
             Ok(r) => rows.push(r),
             Err(NoRow::Untracked) => {
-                if LoopPaths::new(project, n).never_started() {
+                if paths.never_started() {
                     unstarted.push(n.clone());
                 }
             }

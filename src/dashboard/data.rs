@@ -20,7 +20,7 @@ use crate::state::{LoopPaths, State};
 /// state), `Err(Some(message))` a state that does not load, as `status` reports it.
 /// Given the state and configuration already loaded, it reads nothing again.
 pub type RowFn =
-    fn(&Path, &str, Option<(&State, &crate::config::LoopConfig)>) -> Result<Value, Option<String>>;
+    fn(&LoopPaths, Option<(&State, &crate::config::LoopConfig)>) -> Result<Value, Option<String>>;
 
 /// How much of a log the first scan reads: its newest 64 MiB. Older halts are not counted
 /// (the page says so), and a giant log cannot stall the page.
@@ -69,7 +69,9 @@ impl LogScan {
             self.offset = len - FIRST_SCAN;
             self.partial = true;
         }
-        if len == self.offset || f.seek(SeekFrom::Start(self.offset)).is_err() {
+        // A fresh open is at 0 already: the seek only when the scan resumes.
+        if len == self.offset || (self.offset > 0 && f.seek(SeekFrom::Start(self.offset)).is_err())
+        {
             return Vec::new();
         }
         let mut buf = std::mem::take(&mut self.carry);
@@ -230,12 +232,15 @@ pub fn view(
     prev: Option<LoopView>,
 ) -> (LoopView, Vec<String>) {
     let paths = LoopPaths::new(project, name);
-    let has_state = paths.state.exists();
+    // The state is read straight away: a missing file is the open's NotFound, not a
+    // `stat` first.
+    let loaded_state = paths.load();
+    let has_state = !loaded_state
+        .as_ref()
+        .is_err_and(crate::state::StateError::is_not_found);
     let unstarted = !has_state && paths.never_started();
     let state = if has_state {
-        paths
-            .load()
-            .map_err(|e| format!("the state file does not load: {e}"))
+        loaded_state.map_err(|e| format!("the state file does not load: {e}"))
     } else if unstarted {
         Err(format!(
             "not started: it has a loop.toml but no state yet (`loopflow create --loop {name}` starts it as committed)"
@@ -257,7 +262,7 @@ pub fn view(
             (Ok(s), Some(Ok(l))) => Some((s, &l.config)),
             _ => None,
         };
-        row_fn(project, name, known)
+        row_fn(&paths, known)
     } else {
         Err(None)
     };

@@ -145,6 +145,13 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
 }
 
 /// Reads a state file. A file that does not parse is reported with line and column.
+impl StateError {
+    /// The state file is not there (its open said so).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StateError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
 pub fn load(path: &Path) -> Result<State, StateError> {
     let text = crate::fs_safe::read_to_string(path).map_err(io_err(path))?;
     from_text(path, &text)

@@ -66,6 +66,9 @@ pub struct LoopPaths {
     pub worktree: PathBuf,
     /// When set, every line [`LoopPaths::log`] appends is also kept here.
     ledger: Option<Ledger>,
+    /// Set once `loop.toml` was seen: [`LoopPaths::config`] then stops `stat`ing it (a
+    /// `loop.toml` never turns back into a predecessor's `loop.json`).
+    toml_seen: std::sync::OnceLock<()>,
 }
 
 impl LoopPaths {
@@ -82,6 +85,7 @@ impl LoopPaths {
             worktree: dir.join("worktree"),
             dir,
             ledger: None,
+            toml_seen: std::sync::OnceLock::new(),
         }
     }
 
@@ -104,12 +108,15 @@ impl LoopPaths {
     /// `loop.toml`, or a predecessor-style `loop.json` when only that exists.
     pub fn config(&self) -> PathBuf {
         let toml = self.dir.join("loop.toml");
-        let json = self.dir.join("loop.json");
-        if !toml.exists() && json.exists() {
-            json
-        } else {
-            toml
+        if self.toml_seen.get().is_some() {
+            return toml;
         }
+        if toml.exists() {
+            let _ = self.toml_seen.set(());
+            return toml;
+        }
+        let json = self.dir.join("loop.json");
+        if json.exists() { json } else { toml }
     }
 
     /// The verdict cache of the loop's roles.
