@@ -75,7 +75,7 @@ fn check_template(t: &Tmpl, diags: &mut Diagnostics) {
             .help("templates use handlebars: \"loopflow: {{loop}} halted ({{reason}})\""),
         ),
         Ok(usages) => {
-            for u in usages {
+            for u in usages.iter() {
                 if u.path.len() == 1 && VARS.contains(&u.path[0].as_str()) {
                     continue;
                 }
@@ -93,7 +93,7 @@ fn check_template(t: &Tmpl, diags: &mut Diagnostics) {
                     Diagnostic::error(
                         Code::UnknownVariable,
                         &t.source,
-                        t.span_of(u.range),
+                        t.span_of(u.range.clone()),
                         format!("`notify.command` uses `{name}`, which a notifier is not given"),
                     )
                     .label("not a notify variable")

@@ -88,7 +88,7 @@ fn check_template(t: &Tmpl, key: &str, diags: &mut Diagnostics) {
             .help("templates use handlebars: `{{cwd}}/BACKLOG.md`"),
         ),
         Ok(usages) => {
-            for u in usages {
+            for u in usages.iter() {
                 if u.path.len() == 1 && vars::SOURCE.contains(&u.path[0].as_str()) {
                     continue;
                 }
@@ -96,7 +96,7 @@ fn check_template(t: &Tmpl, key: &str, diags: &mut Diagnostics) {
                     Diagnostic::error(
                         Code::UnknownVariable,
                         &t.source,
-                        t.span_of(u.range),
+                        t.span_of(u.range.clone()),
                         format!(
                             "`{key}` uses `{}`, which does not exist when the work source is read",
                             u.path.join(".")

@@ -245,8 +245,8 @@ impl<'a> View<'a> {
                 return;
             }
         };
-        for u in usages {
-            if let Some(d) = self.check_usage(&u, v, place, t) {
+        for u in usages.iter() {
+            if let Some(d) = self.check_usage(u, v, place, t) {
                 diags.push(d);
             }
         }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::engine::compiled;
 
@@ -35,20 +35,24 @@ pub struct ScanError {
 /// template — which were scanned again for each. A text never seen is scanned as before;
 /// the caps keep `check` of a pipeline with thousands of distinct templates, and a
 /// dashboard that runs for weeks while prompts are edited, from holding them all.
-pub fn scan(text: &str) -> Result<Vec<Usage>, ScanError> {
+/// The result is shared (`Arc`): a remembered scan is handed out without copying its
+/// paths, and the memo's keys are hashed with foldhash (a prompt's few KiB cost less to
+/// hash than to scan, which std's SipHash did not give).
+pub fn scan(text: &str) -> Result<Arc<[Usage]>, ScanError> {
     if !text.contains("{{") {
-        return Ok(Vec::new());
+        return Ok(Arc::from(Vec::new()));
     }
-    type Memo = Mutex<HashMap<String, Result<Vec<Usage>, ScanError>>>;
+    type Memo =
+        Mutex<HashMap<Box<str>, Result<Arc<[Usage]>, ScanError>, foldhash::fast::RandomState>>;
     static MEMO: OnceLock<Memo> = OnceLock::new();
     let memo = MEMO.get_or_init(Default::default);
     if let Some(r) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(text) {
         return r.clone();
     }
-    let r = scan_text(text);
+    let r = scan_text(text).map(Arc::from);
     let mut m = memo.lock().unwrap_or_else(|e| e.into_inner());
     if m.len() < MEMO_CAP && text.len() <= MEMO_TEXT_MAX {
-        m.insert(text.to_string(), r.clone());
+        m.insert(text.into(), r.clone());
     }
     r
 }
@@ -465,11 +469,7 @@ mod tests {
     use super::*;
 
     fn paths(t: &str) -> Vec<String> {
-        scan(t)
-            .unwrap()
-            .into_iter()
-            .map(|u| u.path.join("."))
-            .collect()
+        scan(t).unwrap().iter().map(|u| u.path.join(".")).collect()
     }
 
     #[test]
