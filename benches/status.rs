@@ -1,8 +1,9 @@
 //! Benchmark: `status --json` and `report --html -` (the dashboard's data for every loop)
 //! at 100 and 1,000 loops: CPU per loop (the command's user+system time, from the
 //! kernel's accounting of the child) between the two sizes, so the fixed start-up cost
-//! drops out, against reading the same loops' files (`.state.loop`, `loop.toml`, `.lock`,
-//! the log's last 64 KiB) in this process. Target: at most 50 us per loop beyond the
+//! drops out, against reading the files each command reads in this process
+//! (`.state.loop`, `loop.toml`, `.lock`, the log's last 64 KiB; for `report` also the
+//! prompts it checks). Target: at most 50 us per loop beyond the
 //! reading, and linear (per-loop cost flat from 100 to 1,000).
 //!
 //! Run it with `scripts/bench status`, or `cargo bench --bench status` after
@@ -59,8 +60,32 @@ fn cpu(exe: &Path, project: &Path, args: &[&str], rounds: usize) -> f64 {
     v[v.len() / 2]
 }
 
-/// Microseconds of CPU to read every loop's files once, per loop (median of rounds).
-fn read_cost(dirs: &[PathBuf], rounds: usize) -> f64 {
+/// The prompt files a loop's `loop.toml` names (`prompt`, `compaction_prompt` of each
+/// role): the ones `report` reads to check their templates.
+fn prompt_files(dir: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(dir.join("loop.toml")).expect("loop.toml");
+    let table: toml::Table = text.parse().expect("loop.toml parses");
+    let mut files = Vec::new();
+    for role in table
+        .get("roles")
+        .and_then(|r| r.as_table())
+        .into_iter()
+        .flat_map(|r| r.values())
+    {
+        for key in ["prompt", "compaction_prompt"] {
+            if let Some(p) = role.get(key).and_then(|p| p.as_str()) {
+                files.push(dir.join(p));
+            }
+        }
+    }
+    files
+}
+
+/// Microseconds of CPU to read every loop's files once, per loop (median of rounds):
+/// `.state.loop`, `loop.toml`, `.lock` and the log's last 64 KiB (what `status` reads),
+/// and with `prompts` the prompt files its `loop.toml` names too (`report` checks each
+/// prompt's template, so it reads them; `status` does not).
+fn read_cost(dirs: &[PathBuf], prompts: bool, rounds: usize) -> f64 {
     let self_cpu = || {
         // SAFETY: getrusage fills the struct we pass.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -70,16 +95,23 @@ fn read_cost(dirs: &[PathBuf], rounds: usize) -> f64 {
             + ru.ru_stime.tv_sec as f64 * 1e6
             + ru.ru_stime.tv_usec as f64
     };
+    let prompt_files: Vec<Vec<PathBuf>> = dirs
+        .iter()
+        .map(|d| if prompts { prompt_files(d) } else { Vec::new() })
+        .collect();
     let mut v: Vec<f64> = (0..rounds)
         .map(|_| {
             let t = self_cpu();
             let mut bytes = 0usize;
-            for d in dirs {
+            for (d, prompts) in dirs.iter().zip(&prompt_files) {
                 for f in [".state.loop", "loop.toml", ".lock"] {
                     bytes += std::fs::read(d.join(f)).map_or(0, |b| b.len());
                 }
                 let log = std::fs::read(d.join(".state.log")).unwrap_or_default();
                 bytes += log.len().min(64 << 10);
+                for p in prompts {
+                    bytes += std::fs::read(p).map_or(0, |b| b.len());
+                }
             }
             std::hint::black_box(bytes);
             (self_cpu() - t) / dirs.len() as f64
@@ -104,11 +136,13 @@ fn main() {
         "status benchmark ({}), CPU per loop between 100 and 1,000 loops:",
         exe.display()
     );
-    let read = read_cost(&big_dirs, rounds);
+    let read = read_cost(&big_dirs, false, rounds);
+    let read_prompts = read_cost(&big_dirs, true, rounds);
     println!("  reading a loop's files (state, loop.toml, .lock, log): {read:.1} us");
-    for (what, args) in [
-        ("status --json", &["status", "--json"][..]),
-        ("report --html -", &["report", "--html", "-"][..]),
+    println!("  ... and the prompts its loop.toml names: {read_prompts:.1} us");
+    for (what, args, read) in [
+        ("status --json", &["status", "--json"][..], read),
+        ("report --html -", &["report", "--html", "-"][..], read_prompts),
     ] {
         // Warm the page cache first.
         cpu(&exe, big.path(), args, 1);
