@@ -73,12 +73,38 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 
 /// `path` relative to `base` when it is under it, else as given.
 pub fn display_name(path: &Path, base: &Path) -> String {
+    // Both plain UTF-8 without `.`, empty or trailing components (nearly always): their
+    // components are the `/`-separated pieces, so a byte prefix is a component prefix.
+    #[cfg(unix)]
+    if let (Some(p), Some(b)) = (path.to_str(), base.to_str())
+        && plain_path(p)
+        && plain_path(b)
+    {
+        return p
+            .strip_prefix(b)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .filter(|rest| !rest.is_empty())
+            .unwrap_or(p)
+            .to_owned();
+    }
     path.strip_prefix(base)
         .ok()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(path)
         .display()
         .to_string()
+}
+
+/// A path whose components are exactly its `/`-separated pieces: no empty, `.` or
+/// trailing component for [`Path::components`] to drop.
+#[cfg(unix)]
+fn plain_path(s: &str) -> bool {
+    // One pass: only the root may be empty, no piece may be `.`.
+    !s.is_empty()
+        && s.as_bytes()
+            .split(|&c| c == b'/')
+            .enumerate()
+            .all(|(i, piece)| (i == 0 || !piece.is_empty()) && piece != b".")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -447,6 +473,43 @@ pub fn list(items: &[impl AsRef<str>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn display_name_agrees_with_component_stripping() {
+        let slow = |p: &str, b: &str| {
+            let (p, b) = (Path::new(p), Path::new(b));
+            p.strip_prefix(b)
+                .ok()
+                .filter(|r| !r.as_os_str().is_empty())
+                .unwrap_or(p)
+                .display()
+                .to_string()
+        };
+        let cases = [
+            ("/p/loop.toml", "/p"),
+            ("/p/a/b.md", "/p/a"),
+            ("/p/ab.md", "/p/a"),
+            ("/p", "/p"),
+            ("/p/x", "/"),
+            ("/p//x", "/p"),
+            ("/p/./x", "/p"),
+            ("/p/x/", "/p"),
+            ("/p/x/.", "/p"),
+            ("./x", "."),
+            ("x/y", "x"),
+            ("x", "/p"),
+            ("/p/../q", "/p"),
+            ("/p/x", "/p/"),
+            ("/p/x", ""),
+        ];
+        for (p, b) in cases {
+            assert_eq!(
+                display_name(Path::new(p), Path::new(b)),
+                slow(p, b),
+                "{p} from {b}"
+            );
+        }
+    }
 
     #[test]
     fn line_col_is_one_based_and_counts_chars() {
