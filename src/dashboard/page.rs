@@ -18,8 +18,22 @@ const STYLE: &str = include_str!("style.css");
 /// show as it is ([`crate::out::is_unsafe`]: controls, line separators, bidi overrides,
 /// invisible format characters) an agent may have written becomes U+FFFD.
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    let mut out = String::with_capacity(s.len() + s.len() / 8);
+    let mut rest = s;
+    loop {
+        // Runs of printable ASCII that needs no entity are copied whole.
+        let plain = rest
+            .bytes()
+            .position(|b| {
+                !matches!(b, b' '..=b'~' | b'\n' | b'\t')
+                    || matches!(b, b'&' | b'<' | b'>' | b'"' | b'\'')
+            })
+            .unwrap_or(rest.len());
+        out.push_str(&rest[..plain]);
+        rest = &rest[plain..];
+        let Some(c) = rest.chars().next() else {
+            return out;
+        };
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
@@ -29,8 +43,8 @@ pub fn escape(s: &str) -> String {
             c if crate::out::is_unsafe(c) && c != '\n' && c != '\t' => out.push('\u{FFFD}'),
             c => out.push(c),
         }
+        rest = &rest[c.len_utf8()..];
     }
-    out
 }
 
 /// Whether the page is served live (with its script) or written once.
@@ -498,6 +512,21 @@ pub fn page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_replaces_markup_and_hidden_characters() {
+        assert_eq!(escape("plain text\n\tok"), "plain text\n\tok");
+        assert_eq!(
+            escape("<a href=\"x\">&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;&lt;/a&gt;"
+        );
+        assert_eq!(escape("caf\u{e9} \u{1F600}"), "caf\u{e9} \u{1F600}");
+        assert_eq!(
+            escape("a\u{202E}b\u{7}c\u{7F}d"),
+            "a\u{FFFD}b\u{FFFD}c\u{FFFD}d"
+        );
+        assert_eq!(escape(""), "");
+    }
 
     #[test]
     fn the_chart_is_svg_with_a_point_per_score_and_the_goal_line() {
