@@ -20,13 +20,31 @@ pub struct Loaded {
     pub pipeline: std::sync::Arc<Pipeline>,
     /// The pipeline file, when it is not the built-in tick.
     pub pipeline_path: Option<PathBuf>,
-    /// A digest of each file as this load read it (loop.toml, the pipeline file, the
-    /// prompts it checked), so the tick's tamper check starts from exactly what it runs
-    /// without reading them all again.
-    pub digests: Vec<(PathBuf, u64)>,
+    /// loop.toml's digest as this load read it (its text is kept converted when it is a
+    /// predecessor's loop.json); see [`Loaded::digests`].
+    config_digest: (PathBuf, u64),
     /// The prompt files as this load read and checked them: the tick renders these
     /// texts, not a second read of the files.
     pub prompts: Vec<(PathBuf, crate::diag::SourceRef)>,
+}
+
+impl Loaded {
+    /// A digest of each file as this load read it (loop.toml, the pipeline file, the
+    /// prompts it checked), so the tick's tamper check starts from exactly what it runs
+    /// without reading them all again. Computed when asked, from the texts the load
+    /// kept: `status`, `report` and the dashboard load every loop and never ask.
+    pub fn digests(&self) -> Vec<(PathBuf, u64)> {
+        let mut d = vec![self.config_digest.clone()];
+        if let Some(path) = &self.pipeline_path {
+            d.push((path.clone(), digest(self.pipeline.source.text.as_bytes())));
+        }
+        d.extend(
+            self.prompts
+                .iter()
+                .map(|(p, src)| (p.clone(), digest(src.text.as_bytes()))),
+        );
+        d
+    }
 }
 
 /// Why a loop could not be loaded. `Config` is exit 3, `Io` exit 4.
@@ -112,7 +130,7 @@ pub fn load(
     let cfg_path = paths.config();
     let text =
         crate::fs_safe::read_to_string(&cfg_path).map_err(|e| read_error(&cfg_path, base, e))?;
-    let mut digests = vec![(cfg_path.clone(), digest(text.as_bytes()))];
+    let config_digest = (cfg_path.clone(), digest(text.as_bytes()));
     let name = crate::diag::display_name(&cfg_path, base);
     let partial = LoopConfig::from_text(text, &cfg_path, name, &mut diags);
     let Some(Partial { config, complete }) = partial else {
@@ -126,9 +144,6 @@ pub fn load(
     let mut prompts = Vec::new();
     let pipeline = match pipeline {
         PipelineRead::Valid(p) => {
-            if let Some(path) = &pipeline_path {
-                digests.push((path.clone(), digest(p.source.text.as_bytes())));
-            }
             cross_check_reading(
                 &config,
                 &p.view(),
@@ -149,17 +164,12 @@ pub fn load(
         }
     };
     diags.finish();
-    digests.extend(
-        prompts
-            .iter()
-            .map(|(p, src)| (p.clone(), digest(src.text.as_bytes()))),
-    );
     match pipeline {
         Some(pipeline) if complete && !diags.has_errors() => Ok(Loaded {
             config,
             pipeline,
             pipeline_path,
-            digests,
+            config_digest,
             prompts,
         }),
         _ => Err(LoadError::Config(diags)),
@@ -449,7 +459,9 @@ fn cross_check_reading(
     diags: &mut Diagnostics,
     read: &mut Vec<(PathBuf, SourceRef)>,
 ) {
-    let mut prompt_sources: IndexMap<PathBuf, Option<SourceRef>> = IndexMap::new();
+    // Keyed by path with foldhash: std's SipHash of a long path cost more than the lookup.
+    let mut prompt_sources: IndexMap<PathBuf, Option<SourceRef>, foldhash::fast::RandomState> =
+        IndexMap::default();
     for (v, node) in view.nodes().iter().enumerate() {
         let Some(role) = node.spec.role() else {
             continue;

@@ -366,7 +366,7 @@ fn run_locked(
             std::iter::once(paths.config())
                 .chain(loaded.pipeline_path.clone())
                 .chain(loaded.config.prompt_files().map(Path::to_path_buf)),
-            &loaded.digests,
+            &loaded.digests(),
         ),
         halts: guard::HaltWatch::starting_from(stamp, &state),
         // Checked again before the first node: until the leftovers of a killed tick were
