@@ -266,10 +266,14 @@ pub fn view(
     } else {
         Err(None)
     };
+    let (row, row_error) = match row {
+        Ok(r) => (Some(r), None),
+        Err(e) => (None, e),
+    };
     let view = LoopView {
         name: name.to_string(),
-        row: row.as_ref().ok().cloned(),
-        row_error: row.err().flatten(),
+        row,
+        row_error,
         unstarted,
         broken: broken(&paths, &state, &loaded),
         state: state.ok(),
