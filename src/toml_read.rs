@@ -139,7 +139,7 @@ impl<'a, 's> Table<'a, 's> {
         if self.path.is_empty() {
             key.to_string()
         } else {
-            format!("{}.{}", self.path, key)
+            [self.path.as_str(), ".", key].concat()
         }
     }
 
@@ -347,12 +347,9 @@ impl<'a, 's> Table<'a, 's> {
     }
 
     pub fn table(&self, key: &str, diags: &mut Diagnostics) -> Option<Table<'a, 's>> {
-        let v = self.get(key)?;
+        let (k, v) = self.table.get_key_value(key)?;
         match v.get_ref() {
-            DeValue::Table(t) => {
-                let span = self.key_span(key).unwrap_or_else(|| v.span());
-                Some(Table::new(self.source, t, span, self.dotted(key)))
-            }
+            DeValue::Table(t) => Some(Table::new(self.source, t, k.span(), self.dotted(key))),
             _ => {
                 self.wrong_type(key, v, "a table", diags);
                 None
@@ -364,16 +361,16 @@ impl<'a, 's> Table<'a, 's> {
     pub fn subtables(&self, diags: &mut Diagnostics) -> Vec<(Str, Table<'a, 's>)> {
         let mut out = Vec::new();
         for (k, v) in self.table.iter() {
-            let name = k.get_ref().to_string();
+            let name: &str = k.get_ref();
             match v.get_ref() {
                 DeValue::Table(t) => out.push((
                     Str {
-                        value: name.clone(),
+                        value: name.to_string(),
                         span: k.span(),
                     },
-                    Table::new(self.source, t, k.span(), self.dotted(&name)),
+                    Table::new(self.source, t, k.span(), self.dotted(name)),
                 )),
-                _ => self.wrong_type(&name, v, "a table", diags),
+                _ => self.wrong_type(name, v, "a table", diags),
             }
         }
         out

@@ -219,7 +219,8 @@ pub fn article(v: &LoopView, project: &Path) -> String {
         fact(&mut o, "score", &format!("{}{g}", score(sc)));
     }
     let sp = &row["spent"];
-    let lim = |k: &str| row["limits"][k].as_f64();
+    let limits = &row["limits"];
+    let lim = |k: &str| limits[k].as_f64();
     if sp.is_object() {
         let u = sp["usd"].as_f64().unwrap_or(0.0);
         let t = sp["tokens"].as_u64().unwrap_or(0);
