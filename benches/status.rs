@@ -7,7 +7,9 @@
 //! reading, and linear (per-loop cost flat from 100 to 1,000).
 //!
 //! Run it with `scripts/bench status`, or `cargo bench --bench status` after
-//! `cargo build --release`. `BENCH_ROUNDS` (default 7) sets the runs per size (median).
+//! `cargo build --release`. `BENCH_ROUNDS` (default 15) sets the rounds; each round
+//! measures the reading and both commands at both sizes once, interleaved, and the
+//! median and spread are over the rounds.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,25 +41,19 @@ fn children_cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Median CPU of `rounds` runs of `loopflow <args> --project DIR`.
-fn cpu(exe: &Path, project: &Path, args: &[&str], rounds: usize) -> f64 {
-    let mut v: Vec<f64> = (0..rounds)
-        .map(|_| {
-            let before = children_cpu();
-            let st = Command::new(exe)
-                .args(args)
-                .arg("--project")
-                .arg(project)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("spawn");
-            assert!(st.success(), "{args:?}: {st}");
-            (children_cpu() - before).as_secs_f64() * 1e6
-        })
-        .collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// CPU of one run of `loopflow <args> --project DIR`, in microseconds.
+fn cpu(exe: &Path, project: &Path, args: &[&str]) -> f64 {
+    let before = children_cpu();
+    let st = Command::new(exe)
+        .args(args)
+        .arg("--project")
+        .arg(project)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn");
+    assert!(st.success(), "{args:?}: {st}");
+    (children_cpu() - before).as_secs_f64() * 1e6
 }
 
 /// The prompt files a loop's `loop.toml` names (`prompt`, `compaction_prompt` of each
@@ -81,11 +77,10 @@ fn prompt_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Microseconds of CPU to read every loop's files once, per loop (median of rounds):
-/// `.state.loop`, `loop.toml`, `.lock` and the log's last 64 KiB (what `status` reads),
-/// and with `prompts` the prompt files its `loop.toml` names too (`report` checks each
-/// prompt's template, so it reads them; `status` does not).
-fn read_cost(dirs: &[PathBuf], prompts: bool, rounds: usize) -> f64 {
+/// Microseconds of CPU to read every loop's files once, per loop: `.state.loop`,
+/// `loop.toml`, `.lock` and the log's last 64 KiB (what `status` reads), and the prompt
+/// files in `prompts` (`report` checks each prompt's template, so it reads them too).
+fn read_cost(dirs: &[PathBuf], prompts: &[Vec<PathBuf>]) -> f64 {
     let self_cpu = || {
         // SAFETY: getrusage fills the struct we pass.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -95,37 +90,36 @@ fn read_cost(dirs: &[PathBuf], prompts: bool, rounds: usize) -> f64 {
             + ru.ru_stime.tv_sec as f64 * 1e6
             + ru.ru_stime.tv_usec as f64
     };
-    let prompt_files: Vec<Vec<PathBuf>> = dirs
-        .iter()
-        .map(|d| if prompts { prompt_files(d) } else { Vec::new() })
-        .collect();
-    let mut v: Vec<f64> = (0..rounds)
-        .map(|_| {
-            let t = self_cpu();
-            let mut bytes = 0usize;
-            for (d, prompts) in dirs.iter().zip(&prompt_files) {
-                for f in [".state.loop", "loop.toml", ".lock"] {
-                    bytes += std::fs::read(d.join(f)).map_or(0, |b| b.len());
-                }
-                let log = std::fs::read(d.join(".state.log")).unwrap_or_default();
-                bytes += log.len().min(64 << 10);
-                for p in prompts {
-                    bytes += std::fs::read(p).map_or(0, |b| b.len());
-                }
-            }
-            std::hint::black_box(bytes);
-            (self_cpu() - t) / dirs.len() as f64
-        })
-        .collect();
+    let t = self_cpu();
+    let mut bytes = 0usize;
+    for (i, d) in dirs.iter().enumerate() {
+        for f in [".state.loop", "loop.toml", ".lock"] {
+            bytes += std::fs::read(d.join(f)).map_or(0, |b| b.len());
+        }
+        let log = std::fs::read(d.join(".state.log")).unwrap_or_default();
+        bytes += log.len().min(64 << 10);
+        for p in prompts.get(i).into_iter().flatten() {
+            bytes += std::fs::read(p).map_or(0, |b| b.len());
+        }
+    }
+    std::hint::black_box(bytes);
+    (self_cpu() - t) / dirs.len() as f64
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v
 }
 
 fn main() {
     if support::listing() {
         return;
     }
-    let rounds = support::rounds(7);
+    let rounds = support::rounds(15);
     let exe = support::loopflow_bin();
     let (small, small_dirs) = project(100);
     let (big, big_dirs) = project(1000);
@@ -136,26 +130,57 @@ fn main() {
         "status benchmark ({}), CPU per loop between 100 and 1,000 loops:",
         exe.display()
     );
-    let read = read_cost(&big_dirs, false, rounds);
-    let read_prompts = read_cost(&big_dirs, true, rounds);
-    println!("  reading a loop's files (state, loop.toml, .lock, log): {read:.1} us");
-    println!("  ... and the prompts its loop.toml names: {read_prompts:.1} us");
-    for (what, args, read) in [
-        ("status --json", &["status", "--json"][..], read),
-        ("report --html -", &["report", "--html", "-"][..], read_prompts),
-    ] {
-        // Warm the page cache first.
-        cpu(&exe, big.path(), args, 1);
-        let a = cpu(&exe, small.path(), args, rounds);
-        let b = cpu(&exe, big.path(), args, rounds);
-        let per = (b - a) / 900.0;
+    let prompts: Vec<Vec<PathBuf>> = big_dirs.iter().map(|d| prompt_files(d)).collect();
+    let commands: [(&str, &[&str], bool); 2] = [
+        ("status --json", &["status", "--json"], false),
+        ("report --html -", &["report", "--html", "-"], true),
+    ];
+    // Warm the page cache first.
+    for (_, args, _) in &commands {
+        cpu(&exe, big.path(), args);
+    }
+    // Each round measures everything once, interleaved, so a slow moment of the machine
+    // lands on one round's numbers instead of on one of the quantities compared.
+    let mut read = [Vec::new(), Vec::new()];
+    let mut per = [Vec::new(), Vec::new()];
+    let mut beyond = [Vec::new(), Vec::new()];
+    let mut whole = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    for _ in 0..rounds {
+        let r = [read_cost(&big_dirs, &[]), read_cost(&big_dirs, &prompts)];
+        for (i, (_, args, with_prompts)) in commands.iter().enumerate() {
+            let a = cpu(&exe, small.path(), args);
+            let b = cpu(&exe, big.path(), args);
+            let p = (b - a) / 900.0;
+            let base = r[usize::from(*with_prompts)];
+            per[i].push(p);
+            beyond[i].push(p - base);
+            whole[2 * i].push(a / 100.0);
+            whole[2 * i + 1].push(b / 1000.0);
+        }
+        read[0].push(r[0]);
+        read[1].push(r[1]);
+    }
+    let med = |v: &[f64]| percentile(&sorted(v.to_vec()), 0.5);
+    println!(
+        "  reading a loop's files (state, loop.toml, .lock, log): {:.1} us; with the prompts its loop.toml names: {:.1} us (medians of {rounds} rounds)",
+        med(&read[0]),
+        med(&read[1]),
+    );
+    for (i, (what, _, with_prompts)) in commands.iter().enumerate() {
+        let b = sorted(beyond[i].clone());
         println!(
-            "  {what:<16}: {:.1} ms at 100, {:.1} ms at 1,000 loops: {per:.1} us/loop, {:.1} us beyond reading (target <= 50), per loop at 100 {:.1} vs 1,000 {:.1} us",
-            a / 1e3,
-            b / 1e3,
-            per - read,
-            a / 100.0,
-            b / 1000.0,
+            "  {what:<16}: {:.1} us/loop, {:.1} us beyond reading {} (p10-p90 {:.1}-{:.1}; target <= 50); whole command per loop at 100 {:.1} vs 1,000 {:.1} us",
+            med(&per[i]),
+            percentile(&b, 0.5),
+            if *with_prompts {
+                "its files and prompts"
+            } else {
+                "its files"
+            },
+            percentile(&b, 0.1),
+            percentile(&b, 0.9),
+            med(&whole[2 * i]),
+            med(&whole[2 * i + 1]),
         );
     }
 }
