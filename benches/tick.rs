@@ -9,7 +9,9 @@
 //! hiding in a mean.
 //!
 //! The loop is in its steady state: its `.state.log` is past 64 KiB (a loop that has
-//! ticked for a while) and its outputs accumulate tick after tick, as the floor's do.
+//! ticked for a while) and its outputs accumulate tick after tick, as the floor's do —
+//! in the same directories: the floor writes its files into the loop's own `outputs/`
+//! and loop directory, so both pay the same for creating a file there.
 //!
 //! Run it with `scripts/bench tick` (builds the release binaries it needs), or
 //! `cargo bench --bench tick` after `cargo build --release` with `LOOPFLOW_FLOOR_BIN`
@@ -99,7 +101,6 @@ struct Mode {
     floor_args: &'static [&'static str],
     project: tempfile::TempDir,
     paths: LoopPaths,
-    floor_dir: tempfile::TempDir,
     floor: Vec<Duration>,
     tick: Vec<Duration>,
 }
@@ -107,14 +108,11 @@ struct Mode {
 impl Mode {
     fn new(name: &'static str, sandbox: &str, floor_args: &'static [&'static str]) -> Mode {
         let (project, paths) = project(sandbox);
-        let floor_dir = tempfile::tempdir().expect("tempdir");
-        std::fs::create_dir(floor_dir.path().join("outputs")).expect("outputs");
         Mode {
             name,
             floor_args,
             project,
             paths,
-            floor_dir,
             floor: Vec::new(),
             tick: Vec::new(),
         }
@@ -122,7 +120,7 @@ impl Mode {
 
     fn round(&mut self, exe: &Path, floor: &Path, round: usize, tick_first: bool) {
         let mut f = Command::new(floor);
-        f.arg(self.floor_dir.path())
+        f.arg(&self.paths.dir)
             .arg(round.to_string())
             .args(self.floor_args);
         let mut t = Command::new(exe);
@@ -237,13 +235,12 @@ fn callgrind(cmd: &[std::ffi::OsString]) -> u64 {
 fn counts(exe: &Path, floor: &Path, modes: &mut [Mode]) {
     println!("instructions (callgrind, the process itself) and syscalls (strace -f, its threads):");
     for m in modes {
-        let floor_cmd: Vec<std::ffi::OsString> =
-            [floor.as_os_str(), m.floor_dir.path().as_os_str()]
-                .into_iter()
-                .map(Into::into)
-                .chain(["999".into()])
-                .chain(m.floor_args.iter().map(Into::into))
-                .collect();
+        let floor_cmd: Vec<std::ffi::OsString> = [floor.as_os_str(), m.paths.dir.as_os_str()]
+            .into_iter()
+            .map(Into::into)
+            .chain(["999".into()])
+            .chain(m.floor_args.iter().map(Into::into))
+            .collect();
         let tick_cmd: Vec<std::ffi::OsString> = [exe.as_os_str()]
             .into_iter()
             .map(Into::into)
