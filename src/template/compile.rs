@@ -192,6 +192,51 @@ fn helper(
     Some(h)
 }
 
+/// For a text [`compile_plain`] compiles, the variable paths it names outside `#each` and
+/// `#with` blocks (whose context changes), each with its byte offset, in order: every
+/// `{{path}}` and every block's argument. `None` when the text is outside the subset
+/// (its tokens, blocks closed by name in order, at most one `else` each) — a check learns
+/// that the text is valid handlebars and what it uses without building a template.
+pub(super) fn plain_paths(source: &str) -> Option<Vec<(&str, usize)>> {
+    let toks = tokens(source)?;
+    let at = |p: &str| p.as_ptr().addr() - source.as_ptr().addr();
+    let mut open: Vec<(&str, bool)> = Vec::new();
+    let mut context_depth = 0usize;
+    let mut paths = Vec::new();
+    for tok in toks {
+        match tok {
+            Tok::Expr(_, _, p) => {
+                if context_depth == 0 {
+                    paths.push((p, at(p)));
+                }
+            }
+            Tok::Open(_, _, name, param) => {
+                if context_depth == 0 {
+                    paths.push((param, at(param)));
+                }
+                if matches!(name, "each" | "with") {
+                    context_depth += 1;
+                }
+                open.push((name, false));
+            }
+            Tok::Else(..) => match open.last_mut() {
+                Some((_, seen)) if !*seen => *seen = true,
+                _ => return None,
+            },
+            Tok::Close(_, _, name) => match open.pop() {
+                Some((opened, _)) if opened == name => {
+                    if matches!(name, "each" | "with") {
+                        context_depth -= 1;
+                    }
+                }
+                _ => return None,
+            },
+            Tok::Text(..) => {}
+        }
+    }
+    open.is_empty().then_some(paths)
+}
+
 /// The template handlebars would compile from `source`, when `source` is in the subset.
 pub(super) fn compile_plain(source: &str) -> Option<Template> {
     let toks = tokens(source)?;
@@ -318,8 +363,14 @@ mod tests {
         t
     }
 
-    /// Compiles like handlebars, or declines.
+    /// Compiles like handlebars, or declines; and [`plain_paths`] says which, without
+    /// compiling.
     fn same(text: &str) -> bool {
+        assert_eq!(
+            plain_paths(text).is_some(),
+            compile_plain(text).is_some(),
+            "plain_paths disagrees with compile_plain on {text:?}"
+        );
         match compile_plain(text) {
             None => false,
             Some(ours) => {
@@ -378,6 +429,7 @@ mod tests {
             "{{a}",
         ] {
             assert!(compile_plain(t).is_none(), "{t:?}");
+            assert!(plain_paths(t).is_none(), "{t:?}");
         }
     }
 
