@@ -28,7 +28,9 @@ pub fn engine() -> Handlebars<'static> {
 /// build the same elements as the third but not its element-to-position map, so the
 /// second value says whether render errors from this template carry exact positions.
 pub(super) fn compiled(text: &str) -> Result<(Arc<Template>, bool), handlebars::TemplateError> {
-    type Cache = Mutex<HashMap<String, (Arc<Template>, bool)>>;
+    // foldhash: the keys are whole prompts, which std's SipHash costs more to hash than
+    // the lookup saves.
+    type Cache = Mutex<HashMap<String, (Arc<Template>, bool), foldhash::fast::RandomState>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some((t, exact)) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(text) {
