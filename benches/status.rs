@@ -4,7 +4,9 @@
 //! drops out, against reading the files each command reads in this process
 //! (`.state.loop`, `loop.toml`, `.lock`, the log's last 64 KiB; for `report` also the
 //! prompts it checks). Target: at most 50 us per loop beyond the
-//! reading, and linear (per-loop cost flat from 100 to 1,000).
+//! reading, and linear (per-loop cost flat from 100 to 1,000). `report` runs twice: on
+//! loops as `create` makes them (identical prompts, whose checks loopflow remembers per
+//! text) and on loops whose prompts were each edited.
 //!
 //! Run it with `scripts/bench status`, or `cargo bench --bench status` after
 //! `cargo build --release`. `BENCH_ROUNDS` (default 15) sets the rounds; each round
@@ -17,8 +19,11 @@ use std::time::Duration;
 
 mod support;
 
-/// `n` loops as `create` makes them (loop.toml, prompts, state, log), copies of one.
-fn project(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
+/// `n` loops as `create` makes them (loop.toml, prompts, state, log), copies of one; with
+/// `edited`, each loop's prompts have a line naming the loop appended, as a user who
+/// tailors a loop's prompts would: loopflow remembers a template's scan per text, so
+/// loops with identical prompts check them once for all.
+fn project(n: usize, edited: bool) -> (tempfile::TempDir, Vec<PathBuf>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let first = support::new_loop(dir.path(), "l00000");
     let loops = first.dir.parent().expect("loops").to_path_buf();
@@ -27,6 +32,17 @@ fn project(n: usize) -> (tempfile::TempDir, Vec<PathBuf>) {
         let d = loops.join(format!("l{i:05}"));
         support::copy_dir(&first.dir, &d);
         dirs.push(d);
+    }
+    for d in dirs.iter().filter(|_| edited) {
+        let name = d.file_name().and_then(|n| n.to_str()).unwrap_or("loop");
+        for e in std::fs::read_dir(d.join("prompts"))
+            .expect("prompts")
+            .flatten()
+        {
+            let mut text = std::fs::read_to_string(e.path()).expect("prompt");
+            text.push_str(&format!("\nNotes for {name}: {{{{current_task}}}}\n"));
+            std::fs::write(e.path(), text).expect("prompt");
+        }
     }
     (dir, dirs)
 }
@@ -115,72 +131,110 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v
 }
 
+/// One command measured on one pair of projects.
+struct Measured {
+    what: &'static str,
+    args: &'static [&'static str],
+    with_prompts: bool,
+    edited: bool,
+    per: Vec<f64>,
+    beyond: Vec<f64>,
+    at_small: Vec<f64>,
+    at_big: Vec<f64>,
+}
+
 fn main() {
     if support::listing() {
         return;
     }
     let rounds = support::rounds(15);
     let exe = support::loopflow_bin();
-    let (small, small_dirs) = project(100);
-    let (big, big_dirs) = project(1000);
-    // One tick each for the first loops would not change the per-loop reading; the
-    // loops as `create` leaves them (state, log, config) are what status reads.
-    let _ = small_dirs;
+    // [as `create` makes them, with edited prompts]: (100 loops, 1,000 loops, their dirs).
+    let sets = [false, true].map(|edited| {
+        let (small, _) = project(100, edited);
+        let (big, dirs) = project(1000, edited);
+        let prompts: Vec<Vec<PathBuf>> = dirs.iter().map(|d| prompt_files(d)).collect();
+        (small, big, dirs, prompts)
+    });
     println!(
         "status benchmark ({}), CPU per loop between 100 and 1,000 loops:",
         exe.display()
     );
-    let prompts: Vec<Vec<PathBuf>> = big_dirs.iter().map(|d| prompt_files(d)).collect();
-    let commands: [(&str, &[&str], bool); 2] = [
-        ("status --json", &["status", "--json"], false),
-        ("report --html -", &["report", "--html", "-"], true),
+    let measured = |what, args, with_prompts, edited| Measured {
+        what,
+        args,
+        with_prompts,
+        edited,
+        per: Vec::new(),
+        beyond: Vec::new(),
+        at_small: Vec::new(),
+        at_big: Vec::new(),
+    };
+    let mut commands = [
+        measured("status --json", &["status", "--json"], false, false),
+        measured("report --html -", &["report", "--html", "-"], true, false),
+        measured("report --html -", &["report", "--html", "-"], true, true),
     ];
     // Warm the page cache first.
-    for (_, args, _) in &commands {
-        cpu(&exe, big.path(), args);
+    for c in &commands {
+        cpu(&exe, sets[usize::from(c.edited)].1.path(), c.args);
     }
     // Each round measures everything once, interleaved, so a slow moment of the machine
     // lands on one round's numbers instead of on one of the quantities compared.
-    let mut read = [Vec::new(), Vec::new()];
-    let mut per = [Vec::new(), Vec::new()];
-    let mut beyond = [Vec::new(), Vec::new()];
-    let mut whole = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    let mut read = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..rounds {
-        let r = [read_cost(&big_dirs, &[]), read_cost(&big_dirs, &prompts)];
-        for (i, (_, args, with_prompts)) in commands.iter().enumerate() {
-            let a = cpu(&exe, small.path(), args);
-            let b = cpu(&exe, big.path(), args);
+        let r = [
+            read_cost(&sets[0].2, &[]),
+            read_cost(&sets[0].2, &sets[0].3),
+            read_cost(&sets[1].2, &sets[1].3),
+        ];
+        for c in &mut commands {
+            let (small, big, ..) = &sets[usize::from(c.edited)];
+            let a = cpu(&exe, small.path(), c.args);
+            let b = cpu(&exe, big.path(), c.args);
             let p = (b - a) / 900.0;
-            let base = r[usize::from(*with_prompts)];
-            per[i].push(p);
-            beyond[i].push(p - base);
-            whole[2 * i].push(a / 100.0);
-            whole[2 * i + 1].push(b / 1000.0);
+            let base = match (c.with_prompts, c.edited) {
+                (false, _) => r[0],
+                (true, false) => r[1],
+                (true, true) => r[2],
+            };
+            c.per.push(p);
+            c.beyond.push(p - base);
+            c.at_small.push(a / 100.0);
+            c.at_big.push(b / 1000.0);
         }
-        read[0].push(r[0]);
-        read[1].push(r[1]);
+        for (v, x) in read.iter_mut().zip(r) {
+            v.push(x);
+        }
     }
     let med = |v: &[f64]| percentile(&sorted(v.to_vec()), 0.5);
     println!(
-        "  reading a loop's files (state, loop.toml, .lock, log): {:.1} us; with the prompts its loop.toml names: {:.1} us (medians of {rounds} rounds)",
+        "  reading a loop's files (state, loop.toml, .lock, log): {:.1} us; with the prompts its loop.toml names: {:.1} us, edited prompts {:.1} us (medians of {rounds} rounds)",
         med(&read[0]),
         med(&read[1]),
+        med(&read[2]),
     );
-    for (i, (what, _, with_prompts)) in commands.iter().enumerate() {
-        let b = sorted(beyond[i].clone());
+    for c in &commands {
+        let b = sorted(c.beyond.clone());
         println!(
-            "  {what:<16}: {:.1} us/loop, {:.1} us beyond reading {} (p10-p90 {:.1}-{:.1}; target <= 50); whole command per loop at 100 {:.1} vs 1,000 {:.1} us",
-            med(&per[i]),
+            "  {:<16}{}: {:.1} us/loop, {:.1} us beyond reading {} (p10-p90 {:.1}-{:.1}; target <= 50); whole command per loop at 100 {:.1} vs 1,000 {:.1} us",
+            c.what,
+            if c.edited {
+                ", edited prompts"
+            } else {
+                ", loops as created"
+            },
+            med(&c.per),
             percentile(&b, 0.5),
-            if *with_prompts {
+            if c.with_prompts {
                 "its files and prompts"
             } else {
                 "its files"
             },
             percentile(&b, 0.1),
             percentile(&b, 0.9),
-            med(&whole[2 * i]),
-            med(&whole[2 * i + 1]),
+            med(&c.at_small),
+            med(&c.at_big),
         );
     }
 }
