@@ -181,7 +181,8 @@ pub struct WorktreeArgs {
 #[derive(Subcommand, Debug)]
 pub enum WorktreeAction {
     /// Prune worktrees and loopflow/* branches of deleted loops (and, with
-    /// --include-idle, of live loops idle longer than --max-age).
+    /// --include-idle, of live loops idle longer than --max-age), and remove the
+    /// schedules (systemd timers, crontab blocks, launch agents) of deleted loops.
     Gc(GcArgs),
     /// Re-create a loop's removed worktree on its branch loopflow/<loop> (or a new branch
     /// from HEAD) and point the loop's state at it.
@@ -376,7 +377,7 @@ pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
                 dry_run: g.dry_run,
                 include_idle: g.include_idle,
             };
-            match crate::worktree::gc(project, &o) {
+            let mut code = match crate::worktree::gc(project, &o) {
                 Ok(r) => {
                     for l in &r.lines {
                         outln!("{l}");
@@ -393,7 +394,30 @@ pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
                     eprintln!("error: {e}");
                     exit::STATE
                 }
+            };
+            // Schedules whose loop directory was deleted (and with it the record
+            // `schedule uninstall` reads) would fire `loopflow run` every interval.
+            let canonical = project.canonicalize().unwrap_or(project.to_path_buf());
+            for orphan in crate::schedule::orphans(&canonical) {
+                let what = crate::schedule::describe_orphan(&orphan);
+                if g.dry_run {
+                    outln!("would remove {what}");
+                    continue;
+                }
+                match crate::schedule::remove_orphan(&orphan) {
+                    Ok(said) => {
+                        outln!("removed {what}");
+                        for l in said {
+                            eprintln!("{l}");
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("error: cannot remove {what}: {e}");
+                        code = exit::STATE;
+                    }
+                }
             }
+            code
         }
         WorktreeAction::Restore(r) => restore(project, &r.loop_name),
     }

@@ -23,11 +23,13 @@ mod github;
 mod install;
 mod kubernetes;
 mod launchd;
+mod orphans;
 mod schtasks;
 mod systemd;
 
 pub use agents::AgentUse;
 pub use install::{disable_best_effort, enable_best_effort, install, uninstall};
+pub use orphans::{describe as describe_orphan, orphans, remove as remove_orphan};
 
 /// Why a schedule could not be installed, removed or toggled.
 #[derive(Debug, thiserror::Error)]

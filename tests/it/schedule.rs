@@ -956,3 +956,118 @@ fn cron_line_quoting_survives_a_hostile_project_path() {
     let log = std::fs::read_to_string(dir.join(".loopflow/loops/q/.state.log")).unwrap();
     assert!(log.contains("SKIP reason=no_current_task"), "{log}");
 }
+
+/// `worktree gc` removes the schedules of loops whose directory was deleted (their record
+/// went with the directory, so `schedule uninstall` no longer finds them): a crontab block
+/// and systemd units; it keeps the schedules of live loops and of another project's loop
+/// of the same name. `--dry-run` only says what it would remove.
+#[test]
+fn worktree_gc_removes_the_schedules_of_deleted_loops_only() {
+    let p = project(60);
+    for name in ["m", "k"] {
+        let r = p.lf(&["create", "--loop", name, "--task", "t"]);
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let other = project(60);
+    let xdg = tempfile::tempdir().unwrap();
+    let f = Fakes::new(true);
+    let env = f.env(xdg.path());
+    for (proj, name, platform) in [
+        (&p, "l", "cron"),
+        (&p, "k", "cron"),
+        (&p, "m", "systemd"),
+        (&other, "l", "cron"),
+    ] {
+        let r = lf(
+            proj,
+            &env,
+            &[
+                "schedule",
+                "install",
+                "--loop",
+                name,
+                "--platform",
+                platform,
+            ],
+        );
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let units = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(xdg.path().join("systemd/user"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    assert_eq!(units().len(), 2, "{:?}", units());
+    for name in ["l", "m"] {
+        std::fs::remove_dir_all(p.path().join(".loopflow/loops").join(name)).unwrap();
+    }
+    let blocks = |tab: &str, proj: &Project, name: &str| {
+        let quoted = format!("'--loop' '{name}'");
+        let project = proj.path().canonicalize().unwrap().display().to_string();
+        tab.lines()
+            .filter(|l| l.contains(&quoted) && l.contains(&project))
+            .count()
+    };
+    let before = f.crontab();
+    assert_eq!(blocks(&before, &p, "l"), 1, "{before}");
+
+    let r = lf(&p, &env, &["worktree", "gc", "--dry-run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("would remove schedule loopflow-l-")
+            && r.stdout.contains("(cron, the crontab) of deleted loop l"),
+        "{r:?}"
+    );
+    assert!(
+        r.stdout.contains("would remove schedule loopflow-m-")
+            && r.stdout.contains("of deleted loop m"),
+        "{r:?}"
+    );
+    assert!(!r.stdout.contains("loop k"), "{r:?}");
+    assert_eq!(f.crontab(), before, "a dry run changes nothing");
+    assert_eq!(units().len(), 2);
+
+    let r = lf(&p, &env, &["worktree", "gc"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("removed schedule loopflow-l-"), "{r:?}");
+    assert!(
+        r.stdout.contains("removed schedule loopflow-m-") && r.stdout.contains("(systemd, "),
+        "{r:?}"
+    );
+    let after = f.crontab();
+    assert_eq!(blocks(&after, &p, "l"), 0, "{after}");
+    assert_eq!(
+        blocks(&after, &p, "k"),
+        1,
+        "a live loop keeps its schedule: {after}"
+    );
+    assert_eq!(
+        blocks(&after, &other, "l"),
+        1,
+        "another project's loop of the same name keeps its schedule: {after}"
+    );
+    assert_eq!(
+        units(),
+        Vec::<String>::new(),
+        "the deleted loop's units are gone"
+    );
+    assert!(
+        f.systemctl_log()
+            .contains("--user disable --now loopflow-m-"),
+        "{}",
+        f.systemctl_log()
+    );
+
+    let r = lf(&p, &env, &["worktree", "gc"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        !r.stdout.contains("schedule"),
+        "nothing left to remove: {r:?}"
+    );
+}

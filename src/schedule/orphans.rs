@@ -1,0 +1,202 @@
+//! Schedules whose loop is gone. `uninstall` reads the loop's `.schedule.json`, so deleting
+//! a loop directory leaves its timer, crontab block or launch agent firing `loopflow run`
+//! for a loop that no longer exists, every interval. They are found by their label
+//! (`loopflow-<loop>-<hash of the project path>`, see [`Target::label`]): this project's
+//! labels whose loop directory is missing.
+//!
+//! [`Target::label`]: super::Target::label
+
+use std::path::{Path, PathBuf};
+
+use super::cron::{CRON_BEGIN, cron_markers, crontab_read, crontab_set};
+use super::install::{home, systemd_dir, uid};
+use super::{Platform, ScheduleError, fnv32, io, tool};
+use crate::state::LoopPaths;
+
+/// A schedule installed for a loop of this project whose directory is gone.
+#[derive(Debug, Clone)]
+pub struct Orphan {
+    pub platform: Platform,
+    pub label: String,
+    pub loop_name: String,
+    /// Its files on this machine (unit files, launch agent); none for a crontab block.
+    pub files: Vec<PathBuf>,
+}
+
+/// The loop a label names when it is one of `project`'s (its hash suffix), else `None`.
+fn loop_of<'a>(label: &'a str, suffix: &str) -> Option<&'a str> {
+    label
+        .strip_prefix("loopflow-")?
+        .strip_suffix(suffix)
+        .filter(|n| !n.is_empty())
+}
+
+/// Every schedule on this machine (systemd user timers, the crontab, launch agents) of a
+/// loop of `project` (as canonicalized at install) that no longer exists. A scheduler
+/// that cannot be read (no `crontab` program) contributes nothing.
+pub fn orphans(project: &Path) -> Vec<Orphan> {
+    let suffix = format!("-{:08x}", fnv32(project));
+    let gone = |name: &str| {
+        crate::state::check_loop_name(name).is_ok() && !LoopPaths::new(project, name).dir.exists()
+    };
+    // The label's hash is 32 bits: a schedule counts only when its own text names this
+    // project too, so another project's schedule is never taken for one of ours.
+    let project_text = project.display().to_string();
+    let names_project = |f: &Path| {
+        crate::fs_safe::head(f, 1 << 20)
+            .is_ok_and(|b| String::from_utf8_lossy(&b).contains(&*project_text))
+    };
+    let mut out: Vec<Orphan> = Vec::new();
+    if let Ok(dir) = systemd_dir() {
+        let mut units: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let label = name
+                    .strip_suffix(".timer")
+                    .or_else(|| name.strip_suffix(".service"))?;
+                Some((label.to_string(), e.path()))
+            })
+            .collect();
+        units.sort();
+        for (label, path) in units {
+            let Some(name) = loop_of(&label, &suffix).filter(|n| gone(n)) else {
+                continue;
+            };
+            match out.iter_mut().find(|o| o.label == label) {
+                Some(o) => o.files.push(path),
+                None => out.push(Orphan {
+                    platform: Platform::Systemd,
+                    loop_name: name.to_string(),
+                    label,
+                    files: vec![path],
+                }),
+            }
+        }
+    }
+    out.retain(|o| o.files.iter().any(|f| names_project(f)));
+    if let Ok(tab) = crontab_read() {
+        // The text after the label on a block's first line, as `cron_markers` writes it.
+        let (begin, _) = cron_markers("");
+        let after_label = begin.strip_prefix(CRON_BEGIN).unwrap_or(&begin).to_string();
+        let mut lines = tab.lines();
+        while let Some(line) = lines.next() {
+            let Some(label) = line
+                .strip_prefix(CRON_BEGIN)
+                .and_then(|rest| rest.strip_suffix(after_label.as_str()))
+            else {
+                continue;
+            };
+            let (_, end) = cron_markers(label);
+            let body: Vec<&str> = lines.by_ref().take_while(|l| *l != end).collect();
+            if let Some(name) = loop_of(label, &suffix).filter(|n| gone(n))
+                && body.iter().any(|l| l.contains(&*project_text))
+            {
+                out.push(Orphan {
+                    platform: Platform::Cron,
+                    label: label.to_string(),
+                    loop_name: name.to_string(),
+                    files: Vec::new(),
+                });
+            }
+        }
+    }
+    if let Ok(dir) = home().map(|h| h.join("Library/LaunchAgents")) {
+        let mut agents: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                Some((name.strip_suffix(".plist")?.to_string(), e.path()))
+            })
+            .collect();
+        agents.sort();
+        for (label, path) in agents {
+            if let Some(name) = loop_of(&label, &suffix).filter(|n| gone(n))
+                && names_project(&path)
+            {
+                out.push(Orphan {
+                    platform: Platform::Launchd,
+                    loop_name: name.to_string(),
+                    label,
+                    files: vec![path],
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Stops and removes one orphan: the scheduler is told first (best effort: a manager that
+/// does not answer is said so), then its files go.
+pub fn remove(o: &Orphan) -> Result<Vec<String>, ScheduleError> {
+    let mut said = Vec::new();
+    match o.platform {
+        Platform::Systemd => {
+            let timer = format!("{}.timer", o.label);
+            if let Err(e) = tool(&["systemctl", "--user", "disable", "--now", &timer]) {
+                said.push(format!("warning: {e}"));
+            }
+        }
+        Platform::Cron => crontab_set(&o.label, None)?,
+        Platform::Launchd => {
+            let _ = tool(&[
+                "launchctl",
+                "bootout",
+                &format!("gui/{}/{}", uid(), o.label),
+            ]);
+        }
+        _ => {}
+    }
+    for f in &o.files {
+        match std::fs::remove_file(f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(f)(e)),
+        }
+    }
+    if o.platform == Platform::Systemd {
+        let _ = tool(&["systemctl", "--user", "daemon-reload"]);
+    }
+    Ok(said)
+}
+
+/// What an orphan is, for one line of output.
+pub fn describe(o: &Orphan) -> String {
+    let place = match o.platform {
+        Platform::Cron => "the crontab".to_string(),
+        _ => o
+            .files
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    format!(
+        "schedule {} ({}, {place}) of deleted loop {}",
+        o.label,
+        o.platform.name(),
+        o.loop_name
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_label_names_a_loop_of_this_project_only() {
+        let suffix = "-0badc0de";
+        assert_eq!(
+            loop_of("loopflow-nightly-0badc0de", suffix),
+            Some("nightly")
+        );
+        assert_eq!(loop_of("loopflow-a-b-0badc0de", suffix), Some("a-b"));
+        assert_eq!(loop_of("loopflow-nightly-12345678", suffix), None);
+        assert_eq!(loop_of("other-nightly-0badc0de", suffix), None);
+        assert_eq!(loop_of("loopflow--0badc0de", suffix), None);
+    }
+}
