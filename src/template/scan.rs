@@ -156,7 +156,12 @@ fn scan_general(text: &str) -> Result<Vec<Usage>, ScanError> {
             }
             Some('#') | Some('^') => {
                 let body = &trimmed[1..];
-                let helper = body.split(|c: char| c.is_whitespace()).next().unwrap_or("");
+                // `{{# each xs}}` is an `each` too: the name after any blanks.
+                let helper = body
+                    .trim_start()
+                    .split(|c: char| c.is_whitespace())
+                    .next()
+                    .unwrap_or("");
                 let scanned = expression_paths(body, lead + 1, true)?;
                 if context_depth == 0 {
                     usages.extend(scanned);
@@ -514,12 +519,21 @@ mod tests {
         ] {
             assert!(agree(p), "a shipped prompt left the subset:\n{p}");
         }
+        for t in [
+            "{{# each  f }}{{x}}{{/each}}{{y}}",
+            "{{#\nwith g}}{{y}}{{else}}{{z}}{{/with}}{{w}}",
+            "{{#each a}}{{#if b}}{{c}}{{/if}}{{/each}}{{d}}",
+        ] {
+            assert!(agree(t), "{t:?} left the subset");
+        }
         let pieces = [
             "{{#if a}}",
             "{{#unless b.c}}",
             "{{#each items}}",
             "{{#with this.d}}",
             "{{# if  e }}",
+            "{{# each  f }}",
+            "{{#\nwith g}}",
             "{{else}}",
             "{{/CLOSE}}",
             "{{/ CLOSE }}",
@@ -554,10 +568,11 @@ mod tests {
                     };
                     t.push_str(&piece.replace("CLOSE", name));
                 } else {
-                    for b in ["if", "unless", "each", "with"] {
-                        if piece.starts_with("{{#") && piece.contains(b) {
-                            open.push(b);
-                        }
+                    if let Some(b) = ["unless", "each", "with", "if"]
+                        .into_iter()
+                        .find(|b| piece.starts_with("{{#") && piece.contains(b))
+                    {
+                        open.push(b);
                     }
                     t.push_str(piece);
                 }
@@ -625,6 +640,9 @@ mod tests {
         // Blanks after `#` or `/` do not change the tag, inside the subset or outside it.
         assert!(scan("{{# if a}}x{{/ if}}").is_ok());
         assert!(scan("{{# if (eq a 1)}}x{{/ if}}").is_ok());
+        // ... and `{{# each xs}}` changes the context as `{{#each xs}}` does, in both scans.
+        assert_eq!(paths("{{# each items}}{{name}}{{/each}}"), ["items"]);
+        assert_eq!(paths("{{# each items}}{{name}}{{/each}}{{!c}}"), ["items"]);
         let e = scan("{{/if}}").unwrap_err();
         assert_eq!(e.message, "`{{/if}}` has no `{{#if}}` before it");
         let e = scan("x {{#each reasons}}- {{this}}").unwrap_err();
