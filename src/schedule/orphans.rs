@@ -36,8 +36,12 @@ fn loop_of<'a>(label: &'a str, suffix: &str) -> Option<&'a str> {
 /// that cannot be read (no `crontab` program) contributes nothing.
 pub fn orphans(project: &Path) -> Vec<Orphan> {
     let suffix = format!("-{:08x}", fnv32(project));
+    // Deleted means not there: a loop directory that cannot be looked at (no permission,
+    // a symlink to a disk not mounted) is not taken for a deleted one.
     let gone = |name: &str| {
-        crate::state::check_loop_name(name).is_ok() && !LoopPaths::new(project, name).dir.exists()
+        crate::state::check_loop_name(name).is_ok()
+            && std::fs::symlink_metadata(LoopPaths::new(project, name).dir)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
     };
     // The label's hash is 32 bits: a schedule counts only when its own text names this
     // project too, so another project's schedule is never taken for one of ours.

@@ -964,7 +964,7 @@ fn cron_line_quoting_survives_a_hostile_project_path() {
 #[test]
 fn worktree_gc_removes_the_schedules_of_deleted_loops_only() {
     let p = project(60);
-    for name in ["m", "k"] {
+    for name in ["m", "k", "s"] {
         let r = p.lf(&["create", "--loop", name, "--task", "t"]);
         assert_eq!(r.code, 0, "{r:?}");
     }
@@ -976,6 +976,7 @@ fn worktree_gc_removes_the_schedules_of_deleted_loops_only() {
         (&p, "l", "cron"),
         (&p, "k", "cron"),
         (&p, "m", "systemd"),
+        (&p, "s", "cron"),
         (&other, "l", "cron"),
     ] {
         let r = lf(
@@ -1004,9 +1005,16 @@ fn worktree_gc_removes_the_schedules_of_deleted_loops_only() {
         v
     };
     assert_eq!(units().len(), 2, "{:?}", units());
-    for name in ["l", "m"] {
+    for name in ["l", "m", "s"] {
         std::fs::remove_dir_all(p.path().join(".loopflow/loops").join(name)).unwrap();
     }
+    // A loop directory that cannot be looked at (here a link to a disk not mounted) is not
+    // a deleted loop: its schedule stays.
+    std::os::unix::fs::symlink(
+        "/nonexistent/loopflow-test/s",
+        p.path().join(".loopflow/loops/s"),
+    )
+    .unwrap();
     let blocks = |tab: &str, proj: &Project, name: &str| {
         let quoted = format!("'--loop' '{name}'");
         let project = proj.path().canonicalize().unwrap().display().to_string();
@@ -1046,6 +1054,11 @@ fn worktree_gc_removes_the_schedules_of_deleted_loops_only() {
         blocks(&after, &p, "k"),
         1,
         "a live loop keeps its schedule: {after}"
+    );
+    assert_eq!(
+        blocks(&after, &p, "s"),
+        1,
+        "a loop directory that cannot be looked at keeps its schedule: {after}"
     );
     assert_eq!(
         blocks(&after, &other, "l"),
