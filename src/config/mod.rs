@@ -12,6 +12,7 @@ use crate::toml_read::{self, Str, Table};
 
 mod agent;
 mod brakes;
+mod json_origin;
 pub mod notify;
 mod project;
 mod sandbox;
@@ -142,14 +143,29 @@ impl LoopConfig {
     ) -> Option<Partial> {
         let source = if path.extension().is_some_and(|e| e == "json") {
             match json_to_toml(&text) {
-                Ok(t) => Source::new(format!("{name} (as TOML)"), path, t),
+                Ok(t) => {
+                    // Read as TOML, reported in the JSON: every key and value by path.
+                    let spans = json_origin::spans(&text, &t);
+                    let json = Source::new(name.clone(), path, text);
+                    let origin = crate::diag::Origin {
+                        source: json,
+                        spans,
+                    };
+                    Source::converted(format!("{name} (as TOML)"), path, t, origin)
+                }
                 Err(e) => {
+                    // At the line and column serde_json names, when it names one.
+                    let at = serde_json::from_str::<serde_json::Value>(&text)
+                        .err()
+                        .filter(|e| e.line() > 0)
+                        .map(|e| offset_of_line_col(&text, e.line(), e.column()))
+                        .unwrap_or(0);
                     let src = Source::new(name, path, text);
                     diags.push(
                         Diagnostic::error(
                             Code::TomlSyntax,
                             &src,
-                            0..0,
+                            at..at,
                             format!("invalid JSON: {e}"),
                         )
                         .label("here")
@@ -398,6 +414,21 @@ fn read_blast_radius(root: &Table<'_, '_>, diags: &mut Diagnostics) -> (Vec<Str>
         }
     }
     (allow, deny)
+}
+
+/// The byte offset of a 1-based line and column (in characters; serde_json's).
+fn offset_of_line_col(text: &str, line: usize, column: usize) -> usize {
+    let start: usize = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    let rest = &text[start.min(text.len())..];
+    start
+        + rest
+            .char_indices()
+            .nth(column.saturating_sub(1))
+            .map_or(rest.len(), |(i, _)| i)
 }
 
 /// A predecessor `loop.json`, rewritten as TOML so one reader checks both.

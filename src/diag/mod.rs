@@ -24,6 +24,39 @@ pub struct Source {
     /// Byte offsets where lines start, computed on first use (line/column lookups
     /// stay cheap for files with thousands of diagnostics).
     line_starts: std::sync::OnceLock<Vec<usize>>,
+    /// Set when this text was converted from another (a predecessor's `loop.json`
+    /// rewritten as TOML): diagnostics about it are shown in the original.
+    pub origin: Option<Origin>,
+}
+
+/// The file a converted text came from, and which of its pieces became which: pairs of
+/// (span in the converted text, span in the original), one per key and per value.
+#[derive(Debug)]
+pub struct Origin {
+    pub source: SourceRef,
+    pub spans: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl Origin {
+    /// Where a span of the converted text came from: the innermost piece that holds its
+    /// start — the same place within a string written alike in both files, else the
+    /// whole piece — or the start of the original when nothing holds it.
+    pub fn map(&self, span: &Range<usize>, converted: &str) -> Range<usize> {
+        let holding = self
+            .spans
+            .iter()
+            .filter(|(c, _)| c.start <= span.start && (span.start < c.end || c == span))
+            .min_by_key(|(c, _)| c.len());
+        let Some((c, o)) = holding else {
+            return 0..0;
+        };
+        let (ct, ot) = (converted.get(c.clone()), self.source.text.get(o.clone()));
+        if c != span && span.end <= c.end && ct.is_some() && ct == ot {
+            let shift = |i: usize| o.start + (i - c.start);
+            return shift(span.start)..shift(span.end);
+        }
+        o.clone()
+    }
 }
 
 pub type SourceRef = Arc<Source>;
@@ -39,6 +72,23 @@ impl Source {
             path: path.into(),
             text: text.into(),
             line_starts: std::sync::OnceLock::new(),
+            origin: None,
+        })
+    }
+
+    /// A text converted from `origin.source`: named and read as itself, reported there.
+    pub fn converted(
+        name: impl Into<String>,
+        path: impl Into<PathBuf>,
+        text: impl Into<String>,
+        origin: Origin,
+    ) -> SourceRef {
+        Arc::new(Source {
+            name: name.into(),
+            path: path.into(),
+            text: text.into(),
+            line_starts: std::sync::OnceLock::new(),
+            origin: Some(origin),
         })
     }
 
@@ -376,6 +426,15 @@ impl Diagnostics {
         self.drop_syntax_echoes();
         ignore::apply(&mut self.items, &mut self.ignores);
         self.ignores.clear();
+        // Findings in a converted text point into the file the user wrote.
+        for d in &mut self.items {
+            if let Some(origin) = &d.source.origin {
+                let span = origin.map(&d.span, &d.source.text);
+                let source = origin.source.clone();
+                d.span = span;
+                d.source = source;
+            }
+        }
         self.sort();
     }
 
@@ -473,6 +532,28 @@ pub fn list(items: &[impl AsRef<str>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_converted_span_maps_to_its_piece_in_the_original() {
+        let original = Source::new("o", "o", r#"{"a": "x{{y}}", "b": "p\u0071"}"#);
+        let converted = "a = \"x{{y}}\"\nb = \"pq\"\n";
+        let origin = Origin {
+            source: original.clone(),
+            spans: vec![
+                (0..1, 1..4),
+                (4..12, 6..14),
+                (13..14, 16..19),
+                (17..21, 21..30),
+            ],
+        };
+        // A whole value, a piece of a string written alike, of one written differently.
+        assert_eq!(origin.map(&(4..12), converted), 6..14);
+        assert_eq!(&original.text[origin.map(&(7..10), converted)], "{y}");
+        assert_eq!(origin.map(&(18..19), converted), 21..30);
+        // A key; and nothing holds the span: the original's start.
+        assert_eq!(origin.map(&(0..1), converted), 1..4);
+        assert_eq!(origin.map(&(40..41), converted), 0..0);
+    }
 
     #[test]
     fn display_name_agrees_with_component_stripping() {

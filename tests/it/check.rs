@@ -937,3 +937,31 @@ fn variables_check_accepts_are_set_at_run_time() {
     assert!(out.contains("output=hello\n|"), "{out}");
     assert!(out.contains("exit_code=0|"), "{out}");
 }
+
+/// A predecessor `loop.json` is read as TOML but reported in the JSON the user wrote:
+/// `loop.json:line:column` and a snippet of the JSON, never the converted text, for a wrong
+/// type (a value), an unknown key (a key) and a template variable (inside a string); a JSON
+/// syntax error at serde_json's line and column.
+#[test]
+fn a_loop_json_is_reported_in_the_json() {
+    let out = lf(&["check", "tests/fixtures/check/legacy-json/loop.json"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(!out.stdout.contains("(as TOML)"), "{}", out.stdout);
+    for at in [
+        "tests/fixtures/check/legacy-json/loop.json:6:23: error[wrong-type]",
+        "tests/fixtures/check/legacy-json/loop.json:21:10: error[unknown-variable]",
+        "tests/fixtures/check/legacy-json/loop.json:29:7: error[unknown-key]",
+    ] {
+        assert!(out.stdout.contains(at), "{at}\n{}", out.stdout);
+    }
+    insta::assert_snapshot!("human-legacy-json", out.stdout);
+    let out = lf(&["check", "tests/fixtures/check/legacy-json-syntax/loop.json"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stdout
+            .starts_with("tests/fixtures/check/legacy-json-syntax/loop.json:3:25: error[toml-syntax]: invalid JSON"),
+        "{}",
+        out.stdout
+    );
+    insta::assert_snapshot!("human-legacy-json-syntax", out.stdout);
+}
