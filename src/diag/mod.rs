@@ -38,15 +38,21 @@ pub struct Origin {
 }
 
 impl Origin {
-    /// Where a span of the converted text came from: the innermost piece that holds its
-    /// start — the same place within a string written alike in both files, else the
-    /// whole piece — or the start of the original when nothing holds it.
+    /// Where a span of the converted text came from: the innermost piece that holds all
+    /// of it (else its start) — the same place within a string written alike in both
+    /// files, else the whole piece — or the start of the original when nothing holds it.
     pub fn map(&self, span: &Range<usize>, converted: &str) -> Range<usize> {
-        let holding = self
-            .spans
-            .iter()
-            .filter(|(c, _)| c.start <= span.start && (span.start < c.end || c == span))
-            .min_by_key(|(c, _)| c.len());
+        let innermost = |all: bool| {
+            self.spans
+                .iter()
+                .filter(|(c, _)| {
+                    c.start <= span.start
+                        && (span.start < c.end || c == span)
+                        && (!all || span.end <= c.end)
+                })
+                .min_by_key(|(c, _)| c.len())
+        };
+        let holding = innermost(true).or_else(|| innermost(false));
         let Some((c, o)) = holding else {
             return 0..0;
         };
@@ -550,6 +556,8 @@ mod tests {
         assert_eq!(origin.map(&(4..12), converted), 6..14);
         assert_eq!(&original.text[origin.map(&(7..10), converted)], "{y}");
         assert_eq!(origin.map(&(18..19), converted), 21..30);
+        // A span over two pieces maps to the piece holding both (here none: the first).
+        assert_eq!(origin.map(&(4..14), converted), 6..14);
         // A key; and nothing holds the span: the original's start.
         assert_eq!(origin.map(&(0..1), converted), 1..4);
         assert_eq!(origin.map(&(40..41), converted), 0..0);
