@@ -651,7 +651,12 @@ fn tilde(p: &std::path::Path) -> String {
 /// `check --explain`: each role's expanded argv (templates unrendered) and where its
 /// usage is read from.
 pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
-    let mut out = format!("{}:\n", cfg.source.name);
+    // A loop.json is named as the file it is, not as the TOML it was read as.
+    let name = match &cfg.source.origin {
+        Some(o) => &o.source.name,
+        None => &cfg.source.name,
+    };
+    let mut out = format!("{name}:\n");
     let mut seen = Vec::new();
     for node in &pipeline.nodes {
         let Some(role) = node.spec.role() else {

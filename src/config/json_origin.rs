@@ -7,7 +7,7 @@ use std::ops::Range;
 use toml::de::{DeTable, DeValue};
 
 /// One step of a path: an object key or an array index.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Step {
     Key(String),
     Index(usize),
@@ -31,12 +31,15 @@ pub(super) fn spans(json: &str, toml: &str) -> Vec<(Range<usize>, Range<usize>)>
     };
     let mut from_toml = Vec::new();
     toml_table(doc.get_ref(), &mut Vec::new(), &mut from_toml);
+    // By path: linear in the pieces. A key given twice maps to its last occurrence, the
+    // one serde_json (and so the TOML) kept.
+    let by_path: std::collections::HashMap<(Vec<Step>, bool), Range<usize>> = from_json
+        .into_iter()
+        .map(|(path, key, span)| ((path, key), span))
+        .collect();
     from_toml
         .into_iter()
-        .filter_map(|(path, key, t)| {
-            let (_, _, j) = from_json.iter().find(|(p, k, _)| *p == path && *k == key)?;
-            Some((t, j.clone()))
-        })
+        .filter_map(|(path, key, t)| Some((t, by_path.get(&(path, key))?.clone())))
         .collect()
 }
 

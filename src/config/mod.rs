@@ -145,12 +145,8 @@ impl LoopConfig {
             match json_to_toml(&text) {
                 Ok(t) => {
                     // Read as TOML, reported in the JSON: every key and value by path.
-                    let spans = json_origin::spans(&text, &t);
                     let json = Source::new(name.clone(), path, text);
-                    let origin = crate::diag::Origin {
-                        source: json,
-                        spans,
-                    };
+                    let origin = crate::diag::Origin::new(json, json_origin::spans);
                     Source::converted(format!("{name} (as TOML)"), path, t, origin)
                 }
                 Err(e) => {
@@ -158,7 +154,7 @@ impl LoopConfig {
                     let at = serde_json::from_str::<serde_json::Value>(&text)
                         .err()
                         .filter(|e| e.line() > 0)
-                        .map(|e| offset_of_line_col(&text, e.line(), e.column()))
+                        .map(|e| offset_of_line_byte(&text, e.line(), e.column()))
                         .unwrap_or(0);
                     let src = Source::new(name, path, text);
                     diags.push(
@@ -416,24 +412,33 @@ fn read_blast_radius(root: &Table<'_, '_>, diags: &mut Diagnostics) -> (Vec<Str>
     (allow, deny)
 }
 
-/// The byte offset of a 1-based line and column (in characters; serde_json's).
-fn offset_of_line_col(text: &str, line: usize, column: usize) -> usize {
+/// The byte offset of a 1-based line and column as serde_json counts them (the column in
+/// bytes), kept within the line and on a character boundary.
+fn offset_of_line_byte(text: &str, line: usize, column: usize) -> usize {
     let start: usize = text
         .split_inclusive('\n')
         .take(line.saturating_sub(1))
         .map(str::len)
         .sum();
-    let rest = &text[start.min(text.len())..];
-    start
-        + rest
-            .char_indices()
-            .nth(column.saturating_sub(1))
-            .map_or(rest.len(), |(i, _)| i)
+    let start = start.min(text.len());
+    let line_len = text[start..]
+        .split_inclusive('\n')
+        .next()
+        .map_or(0, str::len);
+    let mut at = (start + column.saturating_sub(1)).min(start + line_len);
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
 }
 
 /// A predecessor `loop.json`, rewritten as TOML so one reader checks both.
 fn json_to_toml(text: &str) -> Result<String, String> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let t: toml::Table = serde_json::from_value(v).map_err(|e| e.to_string())?;
-    toml::to_string(&t).map_err(|e| e.to_string())
+    // A first line that is no key or value: a finding about the whole file (which points
+    // at the first line) then maps to no piece of the JSON but to its start.
+    toml::to_string(&t)
+        .map(|toml| format!("# the loop.json, read as TOML\n{toml}"))
+        .map_err(|e| e.to_string())
 }

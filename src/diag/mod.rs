@@ -29,21 +29,37 @@ pub struct Source {
     pub origin: Option<Origin>,
 }
 
-/// The file a converted text came from, and which of its pieces became which: pairs of
-/// (span in the converted text, span in the original), one per key and per value.
+/// Pairs of (span in a converted text, span in its original).
+pub type SpanPairs = Vec<(Range<usize>, Range<usize>)>;
+
+/// The file a converted text came from, and which of its pieces became which: one pair
+/// per key and per value, made by `pair(original, converted)` the first time a finding
+/// needs them (a clean load never does).
 #[derive(Debug)]
 pub struct Origin {
     pub source: SourceRef,
-    pub spans: Vec<(Range<usize>, Range<usize>)>,
+    pair: fn(&str, &str) -> SpanPairs,
+    spans: std::sync::OnceLock<SpanPairs>,
 }
 
 impl Origin {
+    pub fn new(source: SourceRef, pair: fn(&str, &str) -> SpanPairs) -> Origin {
+        Origin {
+            source,
+            pair,
+            spans: std::sync::OnceLock::new(),
+        }
+    }
+
     /// Where a span of the converted text came from: the innermost piece that holds all
     /// of it (else its start) — the same place within a string written alike in both
     /// files, else the whole piece — or the start of the original when nothing holds it.
     pub fn map(&self, span: &Range<usize>, converted: &str) -> Range<usize> {
+        let spans = self
+            .spans
+            .get_or_init(|| (self.pair)(&self.source.text, converted));
         let innermost = |all: bool| {
-            self.spans
+            spans
                 .iter()
                 .filter(|(c, _)| {
                     c.start <= span.start
@@ -52,8 +68,11 @@ impl Origin {
                 })
                 .min_by_key(|(c, _)| c.len())
         };
+        // A finding about the whole file (its first line, or the empty span at its start)
+        // is about no piece: the original's start.
+        let whole_file = span.start == 0 && (span.is_empty() || innermost(true).is_none());
         let holding = innermost(true).or_else(|| innermost(false));
-        let Some((c, o)) = holding else {
+        let (Some((c, o)), false) = (holding, whole_file) else {
             return 0..0;
         };
         let (ct, ot) = (converted.get(c.clone()), self.source.text.get(o.clone()));
@@ -543,15 +562,14 @@ mod tests {
     fn a_converted_span_maps_to_its_piece_in_the_original() {
         let original = Source::new("o", "o", r#"{"a": "x{{y}}", "b": "p\u0071"}"#);
         let converted = "a = \"x{{y}}\"\nb = \"pq\"\n";
-        let origin = Origin {
-            source: original.clone(),
-            spans: vec![
+        let origin = Origin::new(original.clone(), |_, _| {
+            vec![
                 (0..1, 1..4),
                 (4..12, 6..14),
                 (13..14, 16..19),
                 (17..21, 21..30),
-            ],
-        };
+            ]
+        });
         // A whole value, a piece of a string written alike, of one written differently.
         assert_eq!(origin.map(&(4..12), converted), 6..14);
         assert_eq!(&original.text[origin.map(&(7..10), converted)], "{y}");
@@ -561,6 +579,9 @@ mod tests {
         // A key; and nothing holds the span: the original's start.
         assert_eq!(origin.map(&(0..1), converted), 1..4);
         assert_eq!(origin.map(&(40..41), converted), 0..0);
+        // The whole file (its first line, the empty span at its start): its start too.
+        assert_eq!(origin.map(&(0..12), converted), 0..0);
+        assert_eq!(origin.map(&(0..0), converted), 0..0);
     }
 
     #[test]

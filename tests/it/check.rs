@@ -965,3 +965,62 @@ fn a_loop_json_is_reported_in_the_json() {
     );
     insta::assert_snapshot!("human-legacy-json-syntax", out.stdout);
 }
+
+/// The places a loop.json finding could land wrongly: a finding about the whole file (no
+/// `brakes`) at the JSON's start, not under its first value; a key given twice at the
+/// occurrence serde_json keeps (the last); a JSON syntax error after non-ASCII text at the
+/// byte serde_json names.
+#[test]
+fn loop_json_findings_land_on_the_right_piece() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/check/legacy-json");
+    std::fs::copy(fixture.join("p.md"), dir.path().join("p.md")).unwrap();
+    let base: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture.join("loop.json")).unwrap()).unwrap();
+    let mut clean = base.clone();
+    clean["brakes"]["max_iterations"] = 5.into();
+    clean["roles"]["implement"]
+        .as_object_mut()
+        .unwrap()
+        .remove("promt");
+    clean["harness"]["command"] = serde_json::json!(["my-agent", "{{prompt}}"]);
+    let file = dir.path().join("loop.json");
+    let check = |text: &str| {
+        std::fs::write(&file, text).unwrap();
+        lf(&["check", file.to_str().unwrap()])
+    };
+
+    let mut no_brakes = clean.clone();
+    no_brakes.as_object_mut().unwrap().remove("brakes");
+    let out = check(&serde_json::to_string_pretty(&no_brakes).unwrap());
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stdout.contains("loop.json:1:1: error[missing-key]"),
+        "{}",
+        out.stdout
+    );
+
+    // `brakes` twice: the second (kept) one's wrong value is underlined.
+    let text = serde_json::to_string_pretty(&clean).unwrap().replacen(
+        "{\n",
+        "{\n  \"brakes\": {\"max_iterations\": \"first\"},\n",
+        1,
+    );
+    let text = text.replacen("\"max_iterations\": 5", "\"max_iterations\": \"second\"", 1);
+    let out = check(&text);
+    assert_eq!(out.code, 3, "{out:?}");
+    let second = text.lines().position(|l| l.contains("\"second\"")).unwrap() + 1;
+    assert!(
+        out.stdout.contains(&format!("loop.json:{second}:")),
+        "expected line {second}:\n{}",
+        out.stdout
+    );
+
+    let out = check("{\"brakes\": \"日本日本日本\", x}\n");
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stdout.contains("loop.json:1:22: error[toml-syntax]"),
+        "the column of `x` in characters:\n{}",
+        out.stdout
+    );
+}
