@@ -318,8 +318,16 @@ fn a_killed_tick_s_agents_are_stopped_by_the_daemon_at_once() {
         3600,
     );
     let d = spawn_daemon(&p, &["--loop", "o"]);
-    wait_until("the agent to start", || p.join("agent.pid").exists());
-    let pgid: i32 = p.read("agent.pid").trim().parse().unwrap();
+    // The shell creates the file before `echo` writes to it: wait for the number.
+    let agent_pid = || -> Option<i32> {
+        std::fs::read_to_string(p.join("agent.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    wait_until("the agent to start", || agent_pid().is_some());
+    let pgid: i32 = agent_pid().unwrap();
     // The tick's pid, from the mark it keeps in the lock file while it runs.
     let lock = p.loop_dir("o").join(".lock");
     let mut tick = 0;
