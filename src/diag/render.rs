@@ -29,12 +29,17 @@ impl miette::SourceCode for NamedText<'_> {
         after: usize,
     ) -> Result<Box<dyn miette::SpanContents<'b> + 'b>, miette::MietteError> {
         let c = self.text.read_span(span, before, after)?;
+        // miette counts the column in bytes; the first line of a finding counts characters
+        // (`Source::line_col`), and so does the snippet's `╭─[path:line:col]` header now.
+        let start = floor_char_boundary(self.text, c.span().offset().min(self.text.len()));
+        let line_start = self.text[..start].rfind('\n').map_or(0, |i| i + 1);
+        let column = self.text[line_start..start].chars().count();
         Ok(Box::new(miette::MietteSpanContents::new_named(
             self.name.to_string(),
             c.data(),
             *c.span(),
             c.line() + self.line_offset,
-            c.column(),
+            column,
             c.line_count(),
         )))
     }

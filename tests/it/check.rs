@@ -1023,4 +1023,10 @@ fn loop_json_findings_land_on_the_right_piece() {
         "the column of `x` in characters:\n{}",
         out.stdout
     );
+    // The snippet's header counts characters too (miette's own count is in bytes).
+    assert!(
+        out.stdout.contains("loop.json:1:22]"),
+        "snippet header:\n{}",
+        out.stdout
+    );
 }
