@@ -341,7 +341,7 @@ pub(super) fn compile_plain(source: &str) -> Option<Template> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// `t` without its element-to-position map, which this compiler does not build.
@@ -383,15 +383,96 @@ mod tests {
         }
     }
 
+    /// The prompts loopflow ships: every one must stay in the subset.
+    pub(in crate::template) const SHIPPED_PROMPTS: [&str; 5] = [
+        include_str!("../../prompts/loop-implement.md"),
+        include_str!("../../prompts/loop-verifier.md"),
+        include_str!("../../prompts/loop-orchestrate.md"),
+        include_str!("../../prompts/compaction.md"),
+        include_str!("../../prompts/onboarding.md"),
+    ];
+
+    /// The pieces generated templates are built from.
+    pub(in crate::template) const PIECES: &[&str] = &[
+        "{{#if a}}",
+        "{{#unless b.c}}",
+        "{{#each items}}",
+        "{{#with this.d}}",
+        "{{else}}",
+        "{{/CLOSE}}",
+        "{{x}}",
+        "{{ y.z }}",
+        "{{this}}",
+        "{{# if  a }}",
+        "{{/ CLOSE }}",
+        "text",
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\n\n",
+        "- ",
+        "{",
+        "}",
+        "é",
+    ];
+
+    /// `n` templates walked from `pieces` with a fixed seed (the same on every run):
+    /// blocks opened by `{{#…}}` pieces are nested properly, `{{/CLOSE}}` closes the
+    /// innermost, an `{{else}}` is kept once per block, and what is left open is closed
+    /// at the end.
+    pub(in crate::template) fn generated(pieces: &[&str], n: usize) -> Vec<String> {
+        let mut seed = 11u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut t = String::new();
+            let mut open: Vec<(&str, bool)> = Vec::new();
+            for _ in 0..(next() % 24) {
+                let p = pieces[next() % pieces.len()];
+                if p.starts_with("{{#") {
+                    let name = ["unless", "each", "with"]
+                        .into_iter()
+                        .find(|b| p.contains(b))
+                        .unwrap_or("if");
+                    open.push((name, false));
+                    t.push_str(p);
+                } else if p == "{{else}}" {
+                    match open.last_mut() {
+                        Some((_, seen)) if !*seen => {
+                            *seen = true;
+                            t.push_str(p);
+                        }
+                        _ => {}
+                    }
+                } else if p.contains("CLOSE") {
+                    if let Some((name, _)) = open.pop() {
+                        t.push_str(&p.replace("CLOSE", name));
+                    }
+                } else {
+                    t.push_str(p);
+                }
+            }
+            while let Some((name, _)) = open.pop() {
+                if next() % 2 == 0 {
+                    t.push('\n');
+                }
+                t.push_str(&format!("{{{{/{name}}}}}"));
+            }
+            out.push(t);
+        }
+        out
+    }
+
     #[test]
     fn the_shipped_prompts_compile_like_handlebars() {
-        for p in [
-            include_str!("../../prompts/loop-implement.md"),
-            include_str!("../../prompts/loop-verifier.md"),
-            include_str!("../../prompts/loop-orchestrate.md"),
-            include_str!("../../prompts/compaction.md"),
-            include_str!("../../prompts/onboarding.md"),
-        ] {
+        for p in SHIPPED_PROMPTS {
             assert!(same(p), "a shipped prompt left the fast path:\n{p}");
         }
         for t in [
@@ -437,83 +518,12 @@ mod tests {
     /// everywhere — compile exactly as handlebars compiles them.
     #[test]
     fn generated_templates_compile_like_handlebars() {
-        let pieces = [
-            "{{#if a}}",
-            "{{#unless b.c}}",
-            "{{#each items}}",
-            "{{#with this.d}}",
-            "{{else}}",
-            "{{/CLOSE}}",
-            "{{x}}",
-            "{{ y.z }}",
-            "{{this}}",
-            "{{# if  a }}",
-            "{{/ CLOSE }}",
-            "text",
-            " ",
-            "  ",
-            "\t",
-            "\n",
-            "\r\n",
-            "\n\n",
-            "- ",
-            "{",
-            "}",
-            "é",
-        ];
-        let mut seed = 11u64;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (seed >> 33) as usize
-        };
-        let (mut accepted, mut total) = (0, 0);
-        for _ in 0..6000 {
-            let mut t = String::new();
-            let mut open: Vec<(&str, bool)> = Vec::new();
-            for _ in 0..(next() % 24) {
-                let p = pieces[next() % pieces.len()];
-                if p.starts_with("{{#") {
-                    let name = if p.contains("unless") {
-                        "unless"
-                    } else if p.contains("each") {
-                        "each"
-                    } else if p.contains("with") {
-                        "with"
-                    } else {
-                        "if"
-                    };
-                    open.push((name, false));
-                    t.push_str(p);
-                } else if p == "{{else}}" {
-                    match open.last_mut() {
-                        Some((_, seen)) if !*seen => {
-                            *seen = true;
-                            t.push_str(p);
-                        }
-                        _ => {}
-                    }
-                } else if p.contains("CLOSE") {
-                    if let Some((name, _)) = open.pop() {
-                        t.push_str(&p.replace("CLOSE", name));
-                    }
-                } else {
-                    t.push_str(p);
-                }
-            }
-            while let Some((name, _)) = open.pop() {
-                if next() % 2 == 0 {
-                    t.push('\n');
-                }
-                t.push_str(&format!("{{{{/{name}}}}}"));
-            }
-            total += 1;
-            accepted += usize::from(same(&t));
-        }
+        let all = generated(PIECES, 6000);
+        let accepted = all.iter().filter(|t| same(t)).count();
         assert!(
-            accepted * 3 > total * 2,
-            "only {accepted} of {total} generated templates took the fast path"
+            accepted * 3 > all.len() * 2,
+            "only {accepted} of {} generated templates took the fast path",
+            all.len()
         );
     }
 }
