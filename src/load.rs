@@ -651,12 +651,7 @@ fn tilde(p: &std::path::Path) -> String {
 /// `check --explain`: each role's expanded argv (templates unrendered) and where its
 /// usage is read from.
 pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
-    // A loop.json is named as the file it is, not as the TOML it was read as.
-    let name = match &cfg.source.origin {
-        Some(o) => &o.source.name,
-        None => &cfg.source.name,
-    };
-    let mut out = format!("{name}:\n");
+    let mut out = format!("{}:\n", cfg.source.name);
     let mut seen = Vec::new();
     for node in &pipeline.nodes {
         let Some(role) = node.spec.role() else {

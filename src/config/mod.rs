@@ -145,9 +145,9 @@ impl LoopConfig {
             match json_to_toml(&text) {
                 Ok(t) => {
                     // Read as TOML, reported in the JSON: every key and value by path.
-                    let json = Source::new(name.clone(), path, text);
+                    let json = Source::new(name, path, text);
                     let origin = crate::diag::Origin::new(json, json_origin::spans);
-                    Source::converted(format!("{name} (as TOML)"), path, t, origin)
+                    Source::converted(t, origin)
                 }
                 Err(e) => {
                     // At the line and column serde_json names, when it names one.

@@ -92,28 +92,23 @@ impl Source {
         path: impl Into<PathBuf>,
         text: impl Into<String>,
     ) -> SourceRef {
-        Arc::new(Source {
-            name: name.into(),
-            path: path.into(),
-            text: text.into(),
-            line_starts: std::sync::OnceLock::new(),
-            origin: None,
-        })
+        Source::made(name.into(), path.into(), text.into(), None)
     }
 
-    /// A text converted from `origin.source`: named and read as itself, reported there.
-    pub fn converted(
-        name: impl Into<String>,
-        path: impl Into<PathBuf>,
-        text: impl Into<String>,
-        origin: Origin,
-    ) -> SourceRef {
+    /// A text converted from `origin.source`, read as itself and named as that file:
+    /// findings about it are reported there (see [`Diagnostics::finish`]).
+    pub fn converted(text: impl Into<String>, origin: Origin) -> SourceRef {
+        let (name, path) = (origin.source.name.clone(), origin.source.path.clone());
+        Source::made(name, path, text.into(), Some(origin))
+    }
+
+    fn made(name: String, path: PathBuf, text: String, origin: Option<Origin>) -> SourceRef {
         Arc::new(Source {
-            name: name.into(),
-            path: path.into(),
-            text: text.into(),
+            name,
+            path,
+            text,
             line_starts: std::sync::OnceLock::new(),
-            origin: Some(origin),
+            origin,
         })
     }
 
