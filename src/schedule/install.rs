@@ -288,11 +288,26 @@ pub fn uninstall(paths: &LoopPaths) -> Result<Vec<String>, ScheduleError> {
             paths.name
         )]);
     };
+    let said = stop_and_remove(r.platform, &r.label, &r.files, r.activated)?;
+    let rp = record_path(paths);
+    std::fs::remove_file(&rp).map_err(io(&rp))?;
+    Ok(said)
+}
+
+/// Tells the scheduler to stop `label` (when it was told at install: `activated`) and
+/// removes its files; what it did, one line each. `uninstall` uses it with a loop's
+/// record, `worktree gc` with what it found of a deleted loop.
+pub(super) fn stop_and_remove(
+    platform: Platform,
+    label: &str,
+    files: &[PathBuf],
+    activated: bool,
+) -> Result<Vec<String>, ScheduleError> {
     let mut said = Vec::new();
-    match r.platform {
+    match platform {
         Platform::Systemd => {
-            let timer = format!("{}.timer", r.label);
-            if r.activated {
+            let timer = format!("{label}.timer");
+            if activated {
                 match tool(&["systemctl", "--user", "disable", "--now", &timer]) {
                     Ok(_) => said.push(format!("disabled and stopped {timer}")),
                     Err(e) => said.push(format!("warning: {e}")),
@@ -300,15 +315,11 @@ pub fn uninstall(paths: &LoopPaths) -> Result<Vec<String>, ScheduleError> {
             }
         }
         Platform::Cron => {
-            crontab_set(&r.label, None)?;
-            said.push(format!("crontab: removed the `{}` entry", r.label));
+            crontab_set(label, None)?;
+            said.push(format!("crontab: removed the `{label}` entry"));
         }
         Platform::Launchd => {
-            let _ = tool(&[
-                "launchctl",
-                "bootout",
-                &format!("gui/{}/{}", uid(), r.label),
-            ]);
+            let _ = tool(&["launchctl", "bootout", &format!("gui/{}/{}", uid(), label)]);
         }
         Platform::Schtasks => {
             let _ = tool(&[
@@ -316,23 +327,21 @@ pub fn uninstall(paths: &LoopPaths) -> Result<Vec<String>, ScheduleError> {
                 "/Delete",
                 "/F",
                 "/TN",
-                &format!("\\loopflow\\{}", r.label),
+                &format!("\\loopflow\\{label}"),
             ]);
         }
         Platform::GithubActions | Platform::Kubernetes | Platform::Auto => {}
     }
-    for f in &r.files {
+    for f in files {
         match std::fs::remove_file(f) {
             Ok(()) => said.push(format!("removed {}", f.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(f)(e)),
         }
     }
-    if r.platform == Platform::Systemd && r.activated {
+    if platform == Platform::Systemd && activated {
         let _ = tool(&["systemctl", "--user", "daemon-reload"]);
     }
-    let rp = record_path(paths);
-    std::fs::remove_file(&rp).map_err(io(&rp))?;
     Ok(said)
 }
 

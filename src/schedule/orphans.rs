@@ -8,9 +8,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::cron::{CRON_BEGIN, cron_markers, crontab_read, crontab_set};
-use super::install::{home, systemd_dir, uid};
-use super::{Platform, ScheduleError, fnv32, io, tool};
+use super::cron::{CRON_BEGIN, cron_markers, crontab_read};
+use super::install::{home, stop_and_remove, systemd_dir};
+use super::{Platform, ScheduleError, fnv32};
 use crate::state::LoopPaths;
 
 /// A schedule installed for a loop of this project whose directory is gone.
@@ -134,38 +134,10 @@ pub fn orphans(project: &Path) -> Vec<Orphan> {
     out
 }
 
-/// Stops and removes one orphan: the scheduler is told first (best effort: a manager that
-/// does not answer is said so), then its files go.
+/// Stops and removes one orphan as `schedule uninstall` would its loop's schedule (the
+/// scheduler was told at install: a unit file or crontab block is only there then).
 pub fn remove(o: &Orphan) -> Result<Vec<String>, ScheduleError> {
-    let mut said = Vec::new();
-    match o.platform {
-        Platform::Systemd => {
-            let timer = format!("{}.timer", o.label);
-            if let Err(e) = tool(&["systemctl", "--user", "disable", "--now", &timer]) {
-                said.push(format!("warning: {e}"));
-            }
-        }
-        Platform::Cron => crontab_set(&o.label, None)?,
-        Platform::Launchd => {
-            let _ = tool(&[
-                "launchctl",
-                "bootout",
-                &format!("gui/{}/{}", uid(), o.label),
-            ]);
-        }
-        _ => {}
-    }
-    for f in &o.files {
-        match std::fs::remove_file(f) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(f)(e)),
-        }
-    }
-    if o.platform == Platform::Systemd {
-        let _ = tool(&["systemctl", "--user", "daemon-reload"]);
-    }
-    Ok(said)
+    stop_and_remove(o.platform, &o.label, &o.files, true)
 }
 
 /// What an orphan is, for one line of output.
