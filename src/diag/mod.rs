@@ -70,8 +70,9 @@ impl Origin {
         };
         // A finding about the whole file (its first line, or the empty span at its start)
         // is about no piece: the original's start.
-        let whole_file = span.start == 0 && (span.is_empty() || innermost(true).is_none());
-        let holding = innermost(true).or_else(|| innermost(false));
+        let all = innermost(true);
+        let whole_file = span.start == 0 && (span.is_empty() || all.is_none());
+        let holding = all.or_else(|| innermost(false));
         let (Some((c, o)), false) = (holding, whole_file) else {
             return 0..0;
         };
