@@ -74,6 +74,23 @@ fn project(sandbox: &str) -> (tempfile::TempDir, LoopPaths) {
     (project, paths)
 }
 
+/// What creating one empty file in `dir` costs now, in microseconds (median of 41; the
+/// files stay until the project goes). Printed beside the ratios: on a filesystem
+/// without a journal it is 15–20 us in a quiet directory and 200–500 us in one whose
+/// block group lost thousands of files in the last minutes, and a tick creates three
+/// more files than the floor.
+fn creation_us(dir: &Path, tag: &str) -> f64 {
+    let mut us: Vec<f64> = (0..41)
+        .map(|i| {
+            let start = Instant::now();
+            std::fs::File::create_new(dir.join(format!("probe-{tag}-{i}"))).expect("probe file");
+            start.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    us.sort_by(f64::total_cmp);
+    percentile(&us, 0.5)
+}
+
 /// The verifier always says 0.5: clear the score history (untimed) before the plateau
 /// brake would end the benchmark.
 fn reset_history(paths: &LoopPaths) {
@@ -295,6 +312,8 @@ fn main() {
         counts(&exe, &floor, &mut modes);
         return;
     }
+    let outputs = modes[0].paths.dir.join("outputs");
+    let created_before = creation_us(&outputs, "before");
     for r in 0..rounds {
         for m in &mut modes {
             m.round(&exe, &floor, r, r % 2 == 1);
@@ -306,6 +325,10 @@ fn main() {
     );
     println!("  `loopflow run` (a process) against the floor (a process: 3 spawns, output to");
     println!("  per-tick files, 1 fsync'd atomic state write), ratio per pair:");
+    println!(
+        "  creating a file in the loop's outputs/: {created_before:.1} us before the rounds, {:.1} us after",
+        creation_us(&outputs, "after")
+    );
     for m in &modes {
         let mut ratios: Vec<f64> = m
             .tick
