@@ -76,12 +76,13 @@ fn check_template(t: &Tmpl, diags: &mut Diagnostics) {
         ),
         Ok(usages) => {
             for u in usages.iter() {
-                if u.path.len() == 1 && VARS.contains(&u.path[0].as_str()) {
+                let path = u.path(&t.text);
+                if path.len() == 1 && VARS.contains(&path.root()) {
                     continue;
                 }
-                let name = u.path.join(".");
-                let help = match suggest(&u.path[0], VARS.iter().copied()) {
-                    Some(s) if u.path.len() == 1 => {
+                let name = path.to_string();
+                let help = match suggest(path.root(), VARS.iter().copied()) {
+                    Some(s) if path.len() == 1 => {
                         format!("did you mean `{s}`? A notifier may use {}", list(VARS))
                     }
                     _ => format!(

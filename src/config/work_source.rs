@@ -89,7 +89,8 @@ fn check_template(t: &Tmpl, key: &str, diags: &mut Diagnostics) {
         ),
         Ok(usages) => {
             for u in usages.iter() {
-                if u.path.len() == 1 && vars::SOURCE.contains(&u.path[0].as_str()) {
+                let path = u.path(&t.text);
+                if path.len() == 1 && vars::SOURCE.contains(&path.root()) {
                     continue;
                 }
                 diags.push(
@@ -99,7 +100,7 @@ fn check_template(t: &Tmpl, key: &str, diags: &mut Diagnostics) {
                         t.span_of(u.range.clone()),
                         format!(
                             "`{key}` uses `{}`, which does not exist when the work source is read",
-                            u.path.join(".")
+                            path
                         ),
                     )
                     .label("not available here")

@@ -345,9 +345,10 @@ impl<'a> View<'a> {
     ) -> Option<Diagnostic> {
         let node = &self.nodes[v];
         let span = t.span_of(u.range.clone());
-        let root = u.path.first().map(String::as_str).unwrap_or("");
+        let path = u.path(&t.text);
+        let root = path.root();
         // Only error messages need the dotted name; most usages are fine.
-        let full = FullPath(&u.path);
+        let full = path;
         let avail = || {
             let a = self.available(v, place);
             format!("available at node `{}`: {}", node.id.value, a.join(", "))
@@ -372,7 +373,7 @@ impl<'a> View<'a> {
         let scalar = vars::is_leaf(root);
         // Checked once the variable is known to exist at this node.
         let field_err = || -> Option<Diagnostic> {
-            if !scalar || u.path.len() < 2 {
+            if !scalar || path.len() < 2 {
                 return None;
             }
             if root == "reasons" {
@@ -477,7 +478,7 @@ impl<'a> View<'a> {
                 )
             }
             "nodes" => {
-                let (Some(id), Some(field)) = (u.path.get(1), u.path.get(2)) else {
+                let (Some(id), Some(field)) = (path.get(1), path.get(2)) else {
                     return Some(
                         Diagnostic::error(
                             Code::UnknownVariable,
@@ -507,7 +508,7 @@ impl<'a> View<'a> {
                     };
                     return Some(d);
                 };
-                if !vars::NODE_FIELDS.contains(&field.as_str()) || u.path.len() > 3 {
+                if !vars::NODE_FIELDS.contains(&field) || path.len() > 3 {
                     return Some(
                         Diagnostic::error(
                             Code::UnknownVariable,
@@ -565,20 +566,5 @@ impl<'a> View<'a> {
                 Some(d)
             }
         }
-    }
-}
-
-/// Displays a variable path as `a.b.c` without allocating until a message needs it.
-struct FullPath<'a>(&'a [String]);
-
-impl std::fmt::Display for FullPath<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, seg) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(".")?;
-            }
-            f.write_str(seg)?;
-        }
-        Ok(())
     }
 }

@@ -42,18 +42,30 @@ fn pest_ws(c: char) -> bool {
 }
 
 /// A variable path of the subset: `a`, `a.b.c`, `this`, `this.a` (segments of ASCII
-/// letters, digits, `_` and `-`, the first starting with a letter or `_`).
+/// letters, digits, `_` and `-`, the first starting with a letter or `_`). One pass over
+/// the bytes: a prompt check calls this for every mustache.
 fn is_path(p: &str) -> bool {
-    let ok_seg = |s: &str| {
-        !s.is_empty()
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    };
-    p.split('.').all(ok_seg)
-        && p.as_bytes()
-            .first()
-            .is_some_and(|b| b.is_ascii_alphabetic() || *b == b'_')
-        && !RESERVED.contains(&p)
+    let b = p.as_bytes();
+    if !b
+        .first()
+        .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+    {
+        return false;
+    }
+    let mut seg_start = true;
+    for &c in b {
+        if c == b'.' {
+            if seg_start {
+                return false;
+            }
+            seg_start = true;
+        } else if c.is_ascii_alphanumeric() || c == b'_' || c == b'-' {
+            seg_start = false;
+        } else {
+            return false;
+        }
+    }
+    !seg_start && !RESERVED.contains(&p)
 }
 
 fn path(raw: &str) -> Parameter {
@@ -68,7 +80,9 @@ fn path(raw: &str) -> Parameter {
 
 /// Splits `text` into the subset's pieces; `None` for anything outside it.
 fn tokens(text: &str) -> Option<Vec<Tok<'_>>> {
-    let mut out = Vec::new();
+    // About two tokens (text, mustache) per mustache; prompts have one every few dozen
+    // bytes: sized once instead of grown five times.
+    let mut out = Vec::with_capacity(text.len() / 24 + 2);
     let mut i = 0;
     while i < text.len() {
         let Some(open) = find2(&text[i..], b'{').map(|p| i + p) else {
@@ -86,9 +100,26 @@ fn tokens(text: &str) -> Option<Vec<Tok<'_>>> {
         let inner = &text[open + 2..close];
         let body = inner.trim_start_matches(pest_ws);
         let body = body.strip_prefix('/').unwrap_or(body);
-        if body.contains([
-            '{', '}', '~', '!', '>', '&', '*', '^', '(', '"', '\'', '|', '=', '@', '[', '/',
-        ]) {
+        if body.bytes().any(|b| {
+            matches!(
+                b,
+                b'{' | b'}'
+                    | b'~'
+                    | b'!'
+                    | b'>'
+                    | b'&'
+                    | b'*'
+                    | b'^'
+                    | b'('
+                    | b'"'
+                    | b'\''
+                    | b'|'
+                    | b'='
+                    | b'@'
+                    | b'['
+                    | b'/'
+            )
+        }) {
             return None;
         }
         let s = inner.trim_matches(pest_ws);
@@ -202,7 +233,7 @@ pub(super) fn plain_paths(source: &str) -> Option<Vec<(&str, usize)>> {
     let at = |p: &str| p.as_ptr().addr() - source.as_ptr().addr();
     let mut open: Vec<(&str, bool)> = Vec::new();
     let mut context_depth = 0usize;
-    let mut paths = Vec::new();
+    let mut paths = Vec::with_capacity(toks.len() / 2 + 1);
     for tok in toks {
         match tok {
             Tok::Expr(_, _, p) => {

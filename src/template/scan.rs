@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use smallvec::SmallVec;
+
 use super::engine::compiled;
 
 /// Helpers usable in templates: handlebars' built-ins.
@@ -13,11 +15,78 @@ pub const HELPERS: &[&str] = &[
     "with", "lookup", "log", "raw",
 ];
 
-/// A variable path used by a template: `nodes.tests.exit_code` → ["nodes","tests","exit_code"].
+/// A variable path used by a template: `nodes.tests.exit_code` → ["nodes","tests","exit_code"],
+/// its segments kept as byte ranges of the scanned text ([`Usage::path`] reads them): a
+/// check of every loop's prompts makes thousands of these, and owned segments were most
+/// of what a scan allocated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Usage {
-    pub path: Vec<String>,
+    segs: SmallVec<[(u32, u32); 3]>,
     pub range: Range<usize>,
+}
+
+impl Usage {
+    /// A usage of `path`, found at byte `at` of the text, split into segments at `.`
+    /// (and, with `slash`, at `/`), each without the brackets of a `[literal]` segment.
+    fn new(path: &str, at: usize, slash: bool) -> Usage {
+        let mut segs = SmallVec::new();
+        let mut start = at;
+        for seg in path.split(|c| c == '.' || (slash && c == '/')) {
+            let lead = seg.len() - seg.trim_start_matches('[').len();
+            let inner = seg.trim_start_matches('[').trim_end_matches(']');
+            let from = start + lead;
+            segs.push((from as u32, (from + inner.len()) as u32));
+            start += seg.len() + 1;
+        }
+        Usage {
+            segs,
+            range: at..at + path.len(),
+        }
+    }
+
+    /// The path's segments in `text`, the text this usage was scanned from.
+    pub fn path<'t>(&self, text: &'t str) -> Path<'t, '_> {
+        Path {
+            text,
+            segs: &self.segs,
+        }
+    }
+}
+
+/// A [`Usage`]'s path read from its text; `Display` writes it dotted.
+#[derive(Clone, Copy)]
+pub struct Path<'t, 'u> {
+    text: &'t str,
+    segs: &'u [(u32, u32)],
+}
+
+impl<'t> Path<'t, '_> {
+    pub fn len(&self) -> usize {
+        self.segs.len()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&'t str> {
+        self.segs
+            .get(i)
+            .and_then(|&(a, b)| self.text.get(a as usize..b as usize))
+    }
+
+    /// The first segment (`nodes` of `nodes.x.exit_code`); empty for an empty path.
+    pub fn root(&self) -> &'t str {
+        self.get(0).unwrap_or("")
+    }
+}
+
+impl std::fmt::Display for Path<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for i in 0..self.len() {
+            if i > 0 {
+                f.write_str(".")?;
+            }
+            f.write_str(self.get(i).unwrap_or(""))?;
+        }
+        Ok(())
+    }
 }
 
 /// A problem found while scanning (unbalanced braces, unknown helper, bad syntax).
@@ -84,10 +153,7 @@ fn subset_usages(paths: Vec<(&str, usize)>) -> Vec<Usage> {
     paths
         .into_iter()
         .filter(|(p, _)| !is_literal(p) && *p != "this" && !p.starts_with("this."))
-        .map(|(p, at)| Usage {
-            path: p.split('.').map(str::to_string).collect(),
-            range: at..at + p.len(),
-        })
+        .map(|(p, at)| Usage::new(p, at, false))
         .collect()
 }
 
@@ -196,10 +262,7 @@ fn plain_usages(text: &str) -> Vec<Usage> {
         let raw = &text[open..close];
         let start = open + (raw.len() - raw.trim_start().len());
         let name = raw.trim();
-        out.push(Usage {
-            path: name.split('.').map(str::to_string).collect(),
-            range: start..start + name.len(),
-        });
+        out.push(Usage::new(name, start, false));
         i = close + 2;
     }
     out
@@ -451,14 +514,7 @@ fn expression_paths(expr: &str, base: usize, block: bool) -> Result<Vec<Usage>, 
         {
             continue;
         }
-        let path: Vec<String> = value
-            .split(['.', '/'])
-            .map(|s| s.trim_start_matches('[').trim_end_matches(']').to_string())
-            .collect();
-        out.push(Usage {
-            path,
-            range: value_start..value_start + value.len(),
-        });
+        out.push(Usage::new(value, value_start, true));
     }
     Ok(out)
 }
@@ -541,7 +597,11 @@ mod tests {
     }
 
     fn paths(t: &str) -> Vec<String> {
-        scan(t).unwrap().iter().map(|u| u.path.join(".")).collect()
+        scan(t)
+            .unwrap()
+            .iter()
+            .map(|u| u.path(t).to_string())
+            .collect()
     }
 
     #[test]
