@@ -127,9 +127,9 @@ pub fn load(
     base: &Path,
 ) -> Result<Loaded, LoadError> {
     let mut diags = Diagnostics::default();
-    let cfg_path = paths.config();
-    let text =
-        crate::fs_safe::read_to_string(&cfg_path).map_err(|e| read_error(&cfg_path, base, e))?;
+    let (cfg_path, text) = paths
+        .read_config()
+        .map_err(|(path, e)| read_error(&path, base, e))?;
     let config_digest = (cfg_path.clone(), digest(text.as_bytes()));
     let name = crate::diag::display_name(&cfg_path, base);
     let partial = LoopConfig::from_text(text, &cfg_path, name, &mut diags);

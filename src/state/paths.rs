@@ -36,7 +36,12 @@ pub fn list_loops(project: &Path) -> Vec<String> {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.path().is_dir())
+        // The entry's type as the directory records it (std asks `lstat` where it does
+        // not); only a link is followed, as `is_dir` would: no `stat` per loop.
+        .filter(|e| match e.file_type() {
+            Ok(t) if !t.is_symlink() => t.is_dir(),
+            _ => e.path().is_dir(),
+        })
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| check_loop_name(n).is_ok())
         .collect();
@@ -117,6 +122,31 @@ impl LoopPaths {
         }
         let json = self.dir.join("loop.json");
         if json.exists() { json } else { toml }
+    }
+
+    /// [`LoopPaths::config`], read: `loop.toml` opened straight away (no `stat` before:
+    /// `status`, `report` and the dashboard read every loop's), `loop.json` only when
+    /// there is no `loop.toml`. The error names the file that could not be read.
+    pub fn read_config(&self) -> Result<(PathBuf, String), (PathBuf, std::io::Error)> {
+        let toml = self.dir.join("loop.toml");
+        match crate::fs_safe::read_to_string(&toml) {
+            Ok(text) => {
+                let _ = self.toml_seen.set(());
+                Ok((toml, text))
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound && self.toml_seen.get().is_none() =>
+            {
+                let json = self.dir.join("loop.json");
+                if !json.exists() {
+                    return Err((toml, e));
+                }
+                crate::fs_safe::read_to_string(&json)
+                    .map(|text| (json.clone(), text))
+                    .map_err(|e| (json, e))
+            }
+            Err(e) => Err((toml, e)),
+        }
     }
 
     /// The verdict cache of the loop's roles.
