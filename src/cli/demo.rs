@@ -210,7 +210,7 @@ pub fn demo(a: DemoArgs) -> i32 {
     }
     say("\nstatus:".into());
     let row = super::status::status_row(&crate::state::LoopPaths::new(&dir, "demo")).ok();
-    for line in super::status::status_table(row.as_slice()).lines() {
+    for line in super::status::status_table(row.as_slice(), &[]).lines() {
         say(format!("  {line}"));
     }
     if let Ok(state) = paths.load() {

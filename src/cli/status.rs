@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::open;
 use crate::config::LoopConfig;
+use crate::dashboard::{LastAbort, Limits, Row};
 use crate::exit;
 use crate::load::LoadError;
 use crate::out::{self, outln, printable};
@@ -50,7 +51,7 @@ pub(super) enum NoRow {
 pub(super) fn row_of(
     paths: &LoopPaths,
     known: Option<(&crate::state::State, &LoopConfig)>,
-) -> Result<serde_json::Value, Option<String>> {
+) -> Result<Row, Option<String>> {
     if let Some((s, c)) = known {
         return Ok(row(paths, s, Some(c), None));
     }
@@ -61,7 +62,7 @@ pub(super) fn row_of(
 }
 
 /// One loop's row of `status` (DESIGN §10 keys, and what the table needs besides).
-pub(super) fn status_row(paths: &LoopPaths) -> Result<serde_json::Value, NoRow> {
+pub(super) fn status_row(paths: &LoopPaths) -> Result<Row, NoRow> {
     let project = paths.project.as_path();
     let s = match paths.load() {
         Err(e) if e.is_not_found() => return Err(NoRow::Untracked),
@@ -92,50 +93,58 @@ fn row(
     s: &crate::state::State,
     cfg: Option<&LoopConfig>,
     config_error: Option<String>,
-) -> serde_json::Value {
-    let max = cfg.map(|c| c.effective_max_iterations(s.extra_iterations));
-    let limits = cfg.map(|c| {
-        json!({
-            "usd": c.brakes.max_budget_usd,
-            "tokens": c.brakes.max_tokens,
-            "seconds": c.brakes.max_seconds,
-        })
-    });
+) -> Row {
     // D12: verification by the same model as the implementation is weaker; say so. With
     // a model missing on either side nothing is known: null, not a reassuring `true`.
-    let model = |c: &LoopConfig, r: &str| c.roles.get(r).and_then(|r| r.model.clone());
+    fn model<'c>(c: &'c LoopConfig, role: &str) -> Option<&'c str> {
+        c.roles.get(role)?.model.as_deref()
+    }
     let models = cfg.and_then(|c| Some((model(c, "implement")?, model(c, "verify")?)));
-    let model_diverse = models.as_ref().map(|(a, b)| a != b);
-    let same_model = models.filter(|(a, b)| a == b).map(|(a, _)| a);
     // An aborting loop (ticks failing in a row, not yet halted) is not `ok`.
     let last_abort = (s.consecutive_aborts > 0)
         .then(|| crate::state::log::last_event(&paths.log, Event::Abort))
         .flatten()
-        .map(|e| json!({"at": e.at, "node": e.args.get("node"), "reason": e.args.get("reason")}));
-    let task_source = s.task_source.clone();
-    json!({
-        "name": s.name,
-        "iteration_count": s.iteration_count,
-        "max_iterations": max,
-        "halt": s.halt,
-        "current_task": s.current_task,
-        "task_source": task_source,
-        "current_phase": s.current_phase,
-        "last_tick_at": s.last_tick_at,
-        "last_score": s.score_history.last().copied().or(s.last_verdict.as_ref().map(|v| v.score)),
-        "spent": s.spent,
-        "limits": limits,
-        "goal_score": cfg.map(|c| c.brakes.goal_score),
-        "model_diverse": model_diverse,
-        "sandbox": cfg.map(|c| c.sandbox.mode.as_str()),
-        "config_error": config_error,
-        "consecutive_aborts": s.consecutive_aborts,
-        "last_abort": last_abort,
-        "notes": same_model.map(|m| vec![format!(
-            "implement and verify both use model `{m}`: verification is not model-diverse"
-        )]).unwrap_or_default(),
-        "running": paths.tick_seen_running(),
-    })
+        .map(|mut e| LastAbort {
+            at: e.at,
+            node: e.args.shift_remove("node"),
+            reason: e.args.shift_remove("reason"),
+        });
+    Row {
+        name: s.name.clone(),
+        iteration_count: s.iteration_count,
+        max_iterations: cfg.map(|c| c.effective_max_iterations(s.extra_iterations)),
+        halt: s.halt.clone(),
+        current_task: s.current_task.clone(),
+        task_source: s.task_source.clone(),
+        current_phase: s.current_phase.clone(),
+        last_tick_at: s.last_tick_at.clone(),
+        last_score: s
+            .score_history
+            .last()
+            .copied()
+            .or(s.last_verdict.as_ref().map(|v| v.score)),
+        spent: s.spent.clone(),
+        limits: cfg.map(|c| Limits {
+            usd: c.brakes.max_budget_usd,
+            tokens: c.brakes.max_tokens,
+            seconds: c.brakes.max_seconds,
+        }),
+        goal_score: cfg.map(|c| c.brakes.goal_score),
+        model_diverse: models.map(|(a, b)| a != b),
+        sandbox: cfg.map(|c| c.sandbox.mode.as_str()),
+        config_error,
+        consecutive_aborts: s.consecutive_aborts,
+        last_abort,
+        notes: models
+            .filter(|(a, b)| a == b)
+            .map(|(m, _)| {
+                vec![format!(
+                    "implement and verify both use model `{m}`: verification is not model-diverse"
+                )]
+            })
+            .unwrap_or_default(),
+        running: paths.tick_seen_running(),
+    }
 }
 
 pub fn status(project: &Path, a: StatusArgs) -> i32 {
@@ -200,26 +209,18 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
         not_started();
         return code;
     }
-    let table_rows: Vec<serde_json::Value> = rows
-        .iter()
-        .cloned()
-        .chain(
-            errors
-                .iter()
-                .map(|e| json!({"name": e["name"], "state_error": e["error"]})),
-        )
-        .collect();
-    out::write(status_table(&table_rows).as_bytes());
+    let unreadable: Vec<&str> = errors.iter().filter_map(|e| e["name"].as_str()).collect();
+    out::write(status_table(&rows, &unreadable).as_bytes());
     for r in &rows {
-        let name = printable(r["name"].as_str().unwrap_or("?")).into_owned();
-        if let Some(e) = r["config_error"].as_str() {
+        let name = printable(&r.name).into_owned();
+        if let Some(e) = &r.config_error {
             outln!(
                 "note: {name}: invalid loop.toml: {} (`loopflow check` lists every problem)",
                 printable(&cap(e, 200))
             );
         }
-        for n in r["notes"].as_array().into_iter().flatten() {
-            outln!("note: {name}: {}", printable(n.as_str().unwrap_or("")));
+        for n in &r.notes {
+            outln!("note: {name}: {}", printable(n));
         }
     }
     not_started();
@@ -236,8 +237,9 @@ fn cap(s: &str, max: usize) -> String {
     }
 }
 
-/// The aligned table `status` prints.
-pub fn status_table(rows: &[serde_json::Value]) -> String {
+/// The aligned table `status` prints: a line per row, then one per loop whose state does
+/// not load (`unreadable`, by name).
+pub fn status_table(rows: &[Row], unreadable: &[&str]) -> String {
     let head = [
         "LOOP",
         "ITER",
@@ -249,53 +251,51 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
         "TASK",
     ];
     let mut table: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+    let cell = |v: Option<&str>| printable(v.unwrap_or("-")).into_owned();
     for r in rows {
-        let s = |k: &str| printable(r.get(k).and_then(|v| v.as_str()).unwrap_or("-")).into_owned();
-        if r.get("state_error").is_some() {
-            let mut row = vec!["-".to_string(); head.len()];
-            row[0] = s("name");
-            row[2] = "UNREADABLE STATE (see the error above)".into();
-            table.push(row);
-            continue;
-        }
         let iter = format!(
             "{}/{}",
-            r["iteration_count"],
-            r["max_iterations"]
-                .as_u64()
-                .map_or("?".into(), |m| m.to_string())
+            r.iteration_count,
+            r.max_iterations.map_or("?".into(), |m| m.to_string())
         );
-        let state = state_cell(r);
-        let score = r["last_score"]
-            .as_f64()
-            .map_or("-".into(), |x| format!("{x:.2}"));
+        let score = r.last_score.map_or("-".into(), |x| format!("{x:.2}"));
         // spent/limit per unit; a unit with no limit shows what was spent only.
-        let lim = |k: &str| r["limits"][k].as_f64();
+        let limits = r.limits.as_ref();
         let spent = format!(
             "${:.2}{} {}{}tok {:.0}{}s",
-            r["spent"]["usd"].as_f64().unwrap_or(0.0),
-            lim("usd").map_or(String::new(), |l| format!("/{l:.2}")),
-            r["spent"]["tokens"].as_u64().unwrap_or(0),
-            lim("tokens").map_or(String::new(), |l| format!("/{l:.0}")),
-            r["spent"]["seconds"].as_f64().unwrap_or(0.0),
-            lim("seconds").map_or(String::new(), |l| format!("/{l:.0}")),
+            r.spent.usd,
+            limits
+                .and_then(|l| l.usd)
+                .map_or(String::new(), |l| format!("/{l:.2}")),
+            r.spent.tokens,
+            limits
+                .and_then(|l| l.tokens)
+                .map_or(String::new(), |l| format!("/{l:.0}")),
+            r.spent.seconds,
+            limits
+                .and_then(|l| l.seconds)
+                .map_or(String::new(), |l| format!("/{l:.0}")),
         );
-        let task = match r["task_source"].as_str() {
-            Some(src) if r["current_task"].is_string() => {
-                format!("{} ({})", s("current_task"), printable(src))
-            }
-            _ => s("current_task"),
+        let task = match (&r.task_source, &r.current_task) {
+            (Some(src), Some(t)) => format!("{} ({})", printable(t), printable(src)),
+            _ => cell(r.current_task.as_deref()),
         };
         table.push(vec![
-            s("name"),
+            cell(Some(&r.name)),
             iter,
-            state,
-            s("current_phase"),
+            state_cell(r),
+            cell(Some(&r.current_phase)),
             score,
             spent,
-            s("last_tick_at"),
+            cell(r.last_tick_at.as_deref()),
             task,
         ]);
+    }
+    for name in unreadable {
+        let mut row = vec!["-".to_string(); head.len()];
+        row[0] = cell(Some(name));
+        row[2] = "UNREADABLE STATE (see the error above)".into();
+        table.push(row);
     }
     // comfy-table aligns by display width (CJK, emoji), not by `char` count.
     let mut t = comfy_table::Table::new();
@@ -320,30 +320,27 @@ pub fn status_table(rows: &[serde_json::Value]) -> String {
 }
 
 /// The STATE cell: what a human must look at first.
-fn state_cell(r: &serde_json::Value) -> String {
-    if r["running"].as_bool() == Some(true) {
+fn state_cell(r: &Row) -> String {
+    if r.running {
         return "running".into();
     }
-    if let Some(h) = r["halt"]["reason"].as_str() {
-        return format!("HALTED {}", printable(h));
+    if let Some(h) = &r.halt {
+        return format!("HALTED {}", printable(&h.reason.to_string()));
     }
-    if r["config_error"].is_string() {
+    if r.config_error.is_some() {
         return "INVALID CONFIG".into();
     }
-    match r["consecutive_aborts"].as_u64() {
-        Some(n) if n > 0 => {
-            let why = match (
-                r["last_abort"]["node"].as_str(),
-                r["last_abort"]["reason"].as_str(),
-            ) {
-                (Some(node), Some(reason)) => {
+    match r.consecutive_aborts {
+        0 => "ok".into(),
+        n => {
+            let why = match r.last_abort.as_ref().map(|a| (&a.node, &a.reason)) {
+                Some((Some(node), Some(reason))) => {
                     format!(": {} {}", printable(node), printable(reason))
                 }
                 _ => String::new(),
             };
             format!("ABORTING ({n} in a row{why})")
         }
-        _ => "ok".into(),
     }
 }
 

@@ -9,8 +9,6 @@ use std::io::{Seek, SeekFrom};
 use std::path::Path;
 use std::time::SystemTime;
 
-use serde_json::Value;
-
 use crate::reason::{Death, HaltReason};
 use crate::state::{LoopPaths, State};
 
@@ -20,7 +18,51 @@ use crate::state::{LoopPaths, State};
 /// state), `Err(Some(message))` a state that does not load, as `status` reports it.
 /// Given the state and configuration already loaded, it reads nothing again.
 pub type RowFn =
-    fn(&LoopPaths, Option<(&State, &crate::config::LoopConfig)>) -> Result<Value, Option<String>>;
+    fn(&LoopPaths, Option<(&State, &crate::config::LoopConfig)>) -> Result<Row, Option<String>>;
+
+/// One loop's row of `status --json` (DESIGN §10 keys, and what the table needs
+/// besides), its keys in the order written. A struct, not a JSON map: the dashboard and
+/// `report` make one per loop and read it back, and a map hashed every key twice.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Row {
+    pub name: String,
+    pub iteration_count: u64,
+    /// The cap with `approve --extend`'s iterations; `None` when the config does not load.
+    pub max_iterations: Option<u64>,
+    pub halt: Option<crate::state::Halt>,
+    pub current_task: Option<String>,
+    pub task_source: Option<String>,
+    pub current_phase: String,
+    pub last_tick_at: Option<String>,
+    pub last_score: Option<f64>,
+    pub spent: crate::state::Spent,
+    pub limits: Option<Limits>,
+    pub goal_score: Option<f64>,
+    /// Whether implement and verify name different models; `None` when either names none.
+    pub model_diverse: Option<bool>,
+    pub sandbox: Option<&'static str>,
+    pub config_error: Option<String>,
+    pub consecutive_aborts: u32,
+    pub last_abort: Option<LastAbort>,
+    pub notes: Vec<String>,
+    pub running: bool,
+}
+
+/// A row's budget limits (`null`: no limit on that unit).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Limits {
+    pub usd: Option<f64>,
+    pub tokens: Option<u64>,
+    pub seconds: Option<f64>,
+}
+
+/// The last `ABORT` line of an aborting loop.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LastAbort {
+    pub at: String,
+    pub node: Option<String>,
+    pub reason: Option<String>,
+}
 
 /// How much of a log the first scan reads: its newest 64 MiB. Older halts are not counted
 /// (the page says so), and a giant log cannot stall the page.
@@ -165,7 +207,7 @@ pub enum Standing {
 pub struct LoopView {
     pub name: String,
     /// The `status --json` row; `None` when it cannot be built (no or unreadable state).
-    pub row: Option<Value>,
+    pub row: Option<Row>,
     /// Why the state does not load, as `status --json` lists it under `errors`.
     pub row_error: Option<String>,
     /// A committed `loop.toml` without state yet, as `status --json` lists it under
@@ -183,7 +225,7 @@ impl LoopView {
             Standing::Halted
         } else if self.broken.is_some() {
             Standing::Broken
-        } else if self.row.as_ref().is_some_and(|r| r["running"] == true) {
+        } else if self.row.as_ref().is_some_and(|r| r.running) {
             Standing::Running
         } else {
             Standing::Ready

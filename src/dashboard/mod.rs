@@ -13,8 +13,8 @@ mod data;
 mod page;
 mod server;
 
-pub use data::RowFn;
 use data::{Fingerprint, LoopView};
+pub use data::{LastAbort, Limits, Row, RowFn};
 pub use page::Mode;
 pub use server::Server;
 
@@ -169,7 +169,7 @@ impl Model {
 
     /// Exactly `status --json`'s document: the rows of the loops whose state loads, by name.
     pub fn status(&self) -> Value {
-        let rows: Vec<&Value> = self
+        let rows: Vec<&Row> = self
             .entries
             .values()
             .filter_map(|e| e.view.row.as_ref())

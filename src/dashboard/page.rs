@@ -6,9 +6,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde_json::Value;
-
-use super::data::{LoopView, Point, Standing, total_deaths};
+use super::data::{LoopView, Point, Row, Standing, total_deaths};
 use crate::human::{command, count, score, seconds, usd};
 use crate::reason::{Death, HaltReason};
 
@@ -185,10 +183,10 @@ fn fact(out: &mut String, k: &str, v_html: &str) {
 pub fn article(v: &LoopView, project: &Path) -> String {
     let (class, bclass, btext) = badge(v);
     let mut o = String::with_capacity(2048);
-    let row = v.row.as_ref().unwrap_or(&Value::Null);
+    let row = v.row.as_ref();
     let iter = match (
-        row["iteration_count"].as_u64(),
-        row["max_iterations"].as_u64(),
+        row.map(|r| r.iteration_count),
+        row.and_then(|r| r.max_iterations),
     ) {
         (Some(i), Some(m)) => format!("{i} / {m}"),
         (Some(i), None) => format!("{i} / ?"),
@@ -201,8 +199,8 @@ pub fn article(v: &LoopView, project: &Path) -> String {
         bt = escape(&btext),
     );
     o.push_str("<div class=\"body\"><dl class=\"facts\">");
-    let task = row["current_task"].as_str().unwrap_or("–");
-    let phase = match row["current_phase"].as_str() {
+    let task = row.and_then(|r| r.current_task.as_deref()).unwrap_or("–");
+    let phase = match row.map(|r| r.current_phase.as_str()) {
         Some(p) if p != "implement" => format!(" <small>({})</small>", escape(p)),
         _ => String::new(),
     };
@@ -211,35 +209,41 @@ pub fn article(v: &LoopView, project: &Path) -> String {
         "task",
         &format!("<span title=\"{0}\">{0}</span>{phase}", escape(task)),
     );
-    let goal = row["goal_score"].as_f64();
-    if let Some(sc) = row["last_score"].as_f64() {
+    let goal = row.and_then(|r| r.goal_score);
+    if let Some(sc) = row.and_then(|r| r.last_score) {
         let g = goal
             .map(|g| format!(" <small>goal {}</small>", score(g)))
             .unwrap_or_default();
         fact(&mut o, "score", &format!("{}{g}", score(sc)));
     }
-    let sp = &row["spent"];
-    let limits = &row["limits"];
-    let lim = |k: &str| limits[k].as_f64();
-    if sp.is_object() {
-        let u = sp["usd"].as_f64().unwrap_or(0.0);
-        let t = sp["tokens"].as_u64().unwrap_or(0);
-        let s = sp["seconds"].as_f64().unwrap_or(0.0);
-        fact(&mut o, "spent", &spend(usd(u), u, lim("usd"), usd));
+    if let Some(r) = row {
+        let limits = r.limits.as_ref();
+        let (u, t, s) = (r.spent.usd, r.spent.tokens, r.spent.seconds);
+        fact(
+            &mut o,
+            "spent",
+            &spend(usd(u), u, limits.and_then(|l| l.usd), usd),
+        );
         // Tokens and time on one line; a unit with neither use nor limit is left out.
+        let tokens = limits.and_then(|l| l.tokens).map(|l| l as f64);
         let mut more = Vec::new();
-        if t > 0 || lim("tokens").is_some() {
+        if t > 0 || tokens.is_some() {
             more.push(spend(
                 format!("{} tokens", count(t)),
                 t as f64,
-                lim("tokens"),
+                tokens,
                 |l| count(l as u64),
             ));
         }
-        more.push(spend(seconds(s), s, lim("seconds"), seconds));
+        more.push(spend(
+            seconds(s),
+            s,
+            limits.and_then(|l| l.seconds),
+            seconds,
+        ));
         fact(&mut o, "used", &more.join(" · "));
     }
-    if let Some(t) = row["last_tick_at"].as_str() {
+    if let Some(t) = row.and_then(|r| r.last_tick_at.as_deref()) {
         fact(&mut o, "last tick", &escape(&short_time(t)));
     }
     o.push_str("</dl>");
@@ -299,7 +303,7 @@ pub fn article(v: &LoopView, project: &Path) -> String {
                 crate::human::shell_word(&cfg.display().to_string())
             ));
         }
-        _ if row["iteration_count"].as_u64().unwrap_or(0) > 0 => next.push(c("review")),
+        _ if row.is_some_and(|r| r.iteration_count > 0) => next.push(c("review")),
         _ => {}
     }
     if !next.is_empty() {
@@ -316,7 +320,7 @@ pub fn article(v: &LoopView, project: &Path) -> String {
 
 /// What is there to read when a human wants more: all reasons, the hint, approvals, the
 /// loop's latest log lines. Collapsed, so eight loops fit on a screen or two.
-fn details(o: &mut String, v: &LoopView, row: &Value) {
+fn details(o: &mut String, v: &LoopView, row: Option<&Row>) {
     o.push_str("<details><summary>details</summary>");
     if let Some(lv) = v.state.as_ref().and_then(|s| s.last_verdict.as_ref()) {
         if !lv.reasons.is_empty() {
@@ -346,12 +350,8 @@ fn details(o: &mut String, v: &LoopView, row: &Value) {
                 .unwrap_or_default()
         );
     }
-    for n in row["notes"].as_array().into_iter().flatten() {
-        let _ = write!(
-            o,
-            "<p class=\"verdict\">note: {}</p>",
-            escape(n.as_str().unwrap_or(""))
-        );
+    for n in row.into_iter().flat_map(|r| &r.notes) {
+        let _ = write!(o, "<p class=\"verdict\">note: {}</p>", escape(n));
     }
     if v.scan.partial {
         o.push_str(
@@ -388,7 +388,7 @@ pub fn summary(views: &[&LoopView]) -> String {
     }
     let usd_total: f64 = views
         .iter()
-        .filter_map(|v| v.row.as_ref()?["spent"]["usd"].as_f64())
+        .filter_map(|v| Some(v.row.as_ref()?.spent.usd))
         .sum();
     let _ = write!(
         o,
