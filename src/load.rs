@@ -523,7 +523,7 @@ fn cross_check_reading(
             diags.push(d);
             continue;
         };
-        for t in &lc.command_for(&role.value) {
+        for t in lc.command_refs(&role.value) {
             if t.is_builtin() {
                 continue; // the built-in default harness
             }

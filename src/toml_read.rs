@@ -144,11 +144,29 @@ impl<'a, 's> Table<'a, 's> {
     }
 
     pub fn get(&self, key: &str) -> Option<&'a Spanned<DeValue<'s>>> {
-        self.table.get(key)
+        self.entry(key).map(|(_, v)| v)
     }
 
     pub fn key_span(&self, key: &str) -> Option<Range<usize>> {
-        self.table.get_key_value(key).map(|(k, _)| k.span())
+        self.entry(key).map(|(k, _)| k.span())
+    }
+
+    /// The entry of `key`. A small table (every table of a `loop.toml` is: a dozen keys
+    /// at most) is scanned: comparing a few short keys costs less than hashing one with
+    /// the map's hasher, std's SipHash, and `status`/`report` look up every key of every
+    /// loop's tables.
+    fn entry(
+        &self,
+        key: &str,
+    ) -> Option<(
+        &'a Spanned<std::borrow::Cow<'s, str>>,
+        &'a Spanned<DeValue<'s>>,
+    )> {
+        if self.table.len() <= 16 {
+            self.table.iter().find(|(k, _)| k.get_ref().as_ref() == key)
+        } else {
+            self.table.get_key_value(key)
+        }
     }
 
     /// The span to point at for "this table": its header or inline braces.
@@ -347,7 +365,7 @@ impl<'a, 's> Table<'a, 's> {
     }
 
     pub fn table(&self, key: &str, diags: &mut Diagnostics) -> Option<Table<'a, 's>> {
-        let (k, v) = self.table.get_key_value(key)?;
+        let (k, v) = self.entry(key)?;
         match v.get_ref() {
             DeValue::Table(t) => Some(Table::new(self.source, t, k.span(), self.dotted(key))),
             _ => {

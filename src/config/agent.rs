@@ -105,8 +105,8 @@ pub(super) fn resolve(
     default: fn() -> &'static AgentKeys,
 ) -> Agent {
     let layers = layers(own, harness, default);
-    let command = pick(&layers, |k| &k.command, |p| &p.command);
-    let model_args = pick(&layers, |k| &k.model_args, |p| &p.model_args);
+    let command = pick(&layers, |k| &k.command, |p| &p.command).to_vec();
+    let model_args = pick(&layers, |k| &k.model_args, |p| &p.model_args).to_vec();
     let mut usage = UsageRule::default();
     for k in &layers {
         usage = usage.over(&k.usage);
@@ -139,20 +139,22 @@ pub(super) fn resolve(
 /// The argv templates of [`resolve`]'s agent only — its command, `model_args` when
 /// `with_model`, the preset's arguments for `role` — without the environment, sandbox
 /// paths and usage rules, which `check` and `status` never need.
-pub(super) fn command(
+pub(super) fn command<'a>(
     role: &str,
-    own: Option<&AgentKeys>,
-    harness: &AgentKeys,
+    own: Option<&'a AgentKeys>,
+    harness: &'a AgentKeys,
     default: fn() -> &'static AgentKeys,
     with_model: bool,
-) -> Vec<Tmpl> {
+) -> Vec<&'a Tmpl> {
     let layers = layers(own, harness, default);
-    let mut argv = pick(&layers, |k| &k.command, |p| &p.command);
+    let mut argv: Vec<&Tmpl> = pick(&layers, |k| &k.command, |p| &p.command)
+        .iter()
+        .collect();
     if with_model {
         argv.extend(pick(&layers, |k| &k.model_args, |p| &p.model_args));
     }
     if let Some(args) = runner(&layers).and_then(|p| p.role_args.get(role)) {
-        argv.extend(args.iter().cloned());
+        argv.extend(args);
     }
     argv
 }
@@ -179,17 +181,17 @@ fn layers<'a>(
 
 /// A layer's own key, else its preset's, nearest layer first (read in place: copying
 /// the whole preset to read one key was a sixth of `report`'s CPU).
-fn pick(
-    layers: &[&AgentKeys],
-    own: impl Fn(&AgentKeys) -> &Option<Vec<Tmpl>>,
-    preset: impl Fn(&Preset) -> &Vec<Tmpl>,
-) -> Vec<Tmpl> {
+fn pick<'a>(
+    layers: &[&'a AgentKeys],
+    own: impl Fn(&'a AgentKeys) -> &'a Option<Vec<Tmpl>>,
+    preset: impl Fn(&'a Preset) -> &'a Vec<Tmpl>,
+) -> &'a [Tmpl] {
     layers
         .iter()
         .find_map(|k| {
             own(k)
-                .clone()
-                .or_else(|| k.preset.as_deref().map(|p| preset(p).clone()))
+                .as_deref()
+                .or_else(|| k.preset.as_deref().map(|p| preset(p).as_slice()))
         })
         .unwrap_or_default()
 }

@@ -273,6 +273,12 @@ impl LoopConfig {
     /// The argv templates a role runs: its agent's command, the agent's model flags when
     /// the role names a `model`, then the preset's arguments for the role.
     pub fn command_for(&self, role: &str) -> Vec<Tmpl> {
+        self.command_refs(role).into_iter().cloned().collect()
+    }
+
+    /// [`LoopConfig::command_for`], borrowed from the configuration (the checks read it;
+    /// copying each role's argv for them was a copy per loop in `report`).
+    pub fn command_refs(&self, role: &str) -> Vec<&Tmpl> {
         let own = self.roles.get(role);
         agent::command(
             role,

@@ -30,14 +30,21 @@ impl Usage {
     /// (and, with `slash`, at `/`), each without the brackets of a `[literal]` segment.
     fn new(path: &str, at: usize, slash: bool) -> Usage {
         let mut segs = SmallVec::new();
-        let mut start = at;
-        for seg in path.split(|c| c == '.' || (slash && c == '/')) {
-            let lead = seg.len() - seg.trim_start_matches('[').len();
-            let inner = seg.trim_start_matches('[').trim_end_matches(']');
-            let from = start + lead;
-            segs.push((from as u32, (from + inner.len()) as u32));
-            start += seg.len() + 1;
+        let mut push = |from: usize, to: usize| {
+            // `[literal]` segments (only the general scan sees them) without brackets.
+            let seg = &path.as_bytes()[from..to];
+            let lead = seg.iter().take_while(|&&b| b == b'[').count();
+            let trail = seg[lead..].iter().rev().take_while(|&&b| b == b']').count();
+            segs.push(((at + from + lead) as u32, (at + to - trail) as u32));
+        };
+        let mut from = 0;
+        for (i, &b) in path.as_bytes().iter().enumerate() {
+            if b == b'.' || (slash && b == b'/') {
+                push(from, i);
+                from = i + 1;
+            }
         }
+        push(from, path.len());
         Usage {
             segs,
             range: at..at + path.len(),
@@ -109,7 +116,9 @@ pub struct ScanError {
 /// hash than to scan, which std's SipHash did not give).
 pub fn scan(text: &str) -> Result<Arc<[Usage]>, ScanError> {
     if !text.contains("{{") {
-        return Ok(Arc::from(Vec::new()));
+        // Most argv elements (`claude`, `-p`): one shared empty list, not one each.
+        static NONE: OnceLock<Arc<[Usage]>> = OnceLock::new();
+        return Ok(NONE.get_or_init(|| Arc::from(Vec::new())).clone());
     }
     type Memo =
         Mutex<HashMap<Box<str>, Result<Arc<[Usage]>, ScanError>, foldhash::fast::RandomState>>;
