@@ -37,24 +37,26 @@ pub fn rounds(default: usize) -> usize {
 
 /// The loopflow under test: `LOOPFLOW_BIN`, else the binary `scripts/bench` builds on its
 /// own (`target/shipped/`: with only loopflow's own dependency features, as `cargo
-/// install` builds it), else this checkout's release build. The latter is what `cargo
-/// bench` builds beside the benches, with the features of the dev-dependencies unified
-/// in (regex's Unicode tables among them: 19,229 relocations against 10,579, 301 page
-/// faults per tick against 230), so it is not quite the program users run.
+/// install` builds it) unless this checkout's release build is newer, else that build.
+/// The latter is what `cargo bench` builds beside the benches, with the features of the
+/// dev-dependencies unified in (regex's Unicode tables among them: 19,229 relocations
+/// against 10,579, 301 page faults per tick against 230), so it is not quite the program
+/// users run. The choice is printed, so a stale binary does not go unnoticed.
 pub fn loopflow_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("LOOPFLOW_BIN") {
         return PathBuf::from(p);
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let shipped = root.join("target/shipped/release/loopflow");
-    if shipped.is_file() {
-        return shipped;
-    }
-    let p = root.join("target/release/loopflow");
-    assert!(
-        p.is_file(),
-        "build it first: scripts/bench does (or cargo build --release)"
-    );
+    let release = root.join("target/release/loopflow");
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let p = match (modified(&shipped), modified(&release)) {
+        (Some(s), Some(r)) if s >= r => shipped,
+        (Some(_), None) => shipped,
+        (_, Some(_)) => release,
+        (None, None) => panic!("build it first: scripts/bench does (or cargo build --release)"),
+    };
+    eprintln!("loopflow under test: {}", p.display());
     p
 }
 

@@ -134,9 +134,9 @@ impl LoopPaths {
                 let _ = self.toml_seen.set(());
                 Ok((toml, text))
             }
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound && self.toml_seen.get().is_none() =>
-            {
+            // As `config` decides: a loop.toml that does not `stat` (missing, a link loop,
+            // a dangling link) gives way to a loop.json; one that does is the error.
+            Err(e) if self.toml_seen.get().is_none() && !toml.exists() => {
                 let json = self.dir.join("loop.json");
                 if !json.exists() {
                     return Err((toml, e));
@@ -145,7 +145,10 @@ impl LoopPaths {
                     .map(|text| (json.clone(), text))
                     .map_err(|e| (json, e))
             }
-            Err(e) => Err((toml, e)),
+            Err(e) => {
+                let _ = self.toml_seen.set(());
+                Err((toml, e))
+            }
         }
     }
 
@@ -257,5 +260,56 @@ impl LoopPaths {
             l.push(line);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `read_config` picks the file `config` names: loop.json stands in for a loop.toml
+    /// that does not `stat` (missing, a link loop), never for one that does.
+    #[test]
+    fn read_config_falls_back_to_loop_json_as_config_does() {
+        let project = tempfile::tempdir().unwrap();
+        let p = LoopPaths::new(project.path(), "l");
+        std::fs::create_dir_all(&p.dir).unwrap();
+        let name = |r: &Result<(PathBuf, String), (PathBuf, std::io::Error)>| {
+            let path = match r {
+                Ok((path, _)) | Err((path, _)) => path,
+            };
+            path.file_name().unwrap().to_string_lossy().into_owned()
+        };
+        // Neither file: the error names loop.toml.
+        let r = p.read_config();
+        assert!(r.is_err());
+        assert_eq!(name(&r), "loop.toml");
+        std::fs::write(p.dir.join("loop.json"), "{}").unwrap();
+        for toml_is in ["missing", "a link loop"] {
+            let fresh = LoopPaths::new(project.path(), "l");
+            if toml_is == "a link loop" {
+                std::os::unix::fs::symlink("loop.toml", p.dir.join("loop.toml")).unwrap();
+            }
+            let r = fresh.read_config();
+            assert_eq!(name(&r), "loop.json", "loop.toml {toml_is}");
+            assert_eq!(
+                fresh.config(),
+                p.dir.join("loop.json"),
+                "loop.toml {toml_is}"
+            );
+        }
+        // A loop.toml that exists but does not read (a directory) is the error.
+        std::fs::remove_file(p.dir.join("loop.toml")).unwrap();
+        std::fs::create_dir(p.dir.join("loop.toml")).unwrap();
+        let fresh = LoopPaths::new(project.path(), "l");
+        let r = fresh.read_config();
+        assert!(r.is_err());
+        assert_eq!(name(&r), "loop.toml");
+        assert_eq!(fresh.config(), p.dir.join("loop.toml"));
+        // A readable loop.toml wins.
+        std::fs::remove_dir(p.dir.join("loop.toml")).unwrap();
+        std::fs::write(p.dir.join("loop.toml"), "x = 1\n").unwrap();
+        let r = LoopPaths::new(project.path(), "l").read_config();
+        assert_eq!(r.map(|(_, t)| t).ok().as_deref(), Some("x = 1\n"));
     }
 }
