@@ -20,9 +20,9 @@ pub struct Loaded {
     pub pipeline: std::sync::Arc<Pipeline>,
     /// The pipeline file, when it is not the built-in tick.
     pub pipeline_path: Option<PathBuf>,
-    /// loop.toml's digest as this load read it (its text is kept converted when it is a
-    /// predecessor's loop.json); see [`Loaded::digests`].
-    config_digest: (PathBuf, u64),
+    /// The loop.toml (or predecessor's loop.json) this load read; its text as read is the
+    /// config's source (a loop.json's, the source's origin); see [`Loaded::digests`].
+    config_path: PathBuf,
     /// The prompt files as this load read and checked them: the tick renders these
     /// texts, not a second read of the files.
     pub prompts: Vec<(PathBuf, crate::diag::SourceRef)>,
@@ -34,7 +34,10 @@ impl Loaded {
     /// without reading them all again. Computed when asked, from the texts the load
     /// kept: `status`, `report` and the dashboard load every loop and never ask.
     pub fn digests(&self) -> Vec<(PathBuf, u64)> {
-        let mut d = vec![self.config_digest.clone()];
+        let src = &self.config.source;
+        // A loop.json is kept converted: the bytes read are its origin's text.
+        let read = src.origin.as_ref().map_or(&src.text, |o| &o.source.text);
+        let mut d = vec![(self.config_path.clone(), digest(read.as_bytes()))];
         if let Some(path) = &self.pipeline_path {
             d.push((path.clone(), digest(self.pipeline.source.text.as_bytes())));
         }
@@ -130,7 +133,6 @@ pub fn load(
     let (cfg_path, text) = paths
         .read_config()
         .map_err(|(path, e)| read_error(&path, base, e))?;
-    let config_digest = (cfg_path.clone(), digest(text.as_bytes()));
     let name = crate::diag::display_name(&cfg_path, base);
     let partial = LoopConfig::from_text(text, &cfg_path, name, &mut diags);
     let Some(Partial { config, complete }) = partial else {
@@ -169,7 +171,7 @@ pub fn load(
             config,
             pipeline,
             pipeline_path,
-            config_digest,
+            config_path: cfg_path,
             prompts,
         }),
         _ => Err(LoadError::Config(diags)),

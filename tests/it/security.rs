@@ -143,6 +143,32 @@ esac"#,
     }
 }
 
+/// A predecessor's loop.json is read converted to TOML; the tamper check must digest the
+/// bytes of the file it read, not the converted text, or every tick of such a loop would
+/// halt as tampered at its commit.
+#[test]
+fn a_loop_json_is_not_mistaken_for_a_tampered_loop_toml() {
+    let p = Project::new();
+    let a = agent(&p, "true", FAIL);
+    setup(&p, "x", &a);
+    let dir = p.loop_dir("x");
+    let toml_text = std::fs::read_to_string(dir.join("loop.toml")).expect("loop.toml");
+    let table: toml::Table = toml::from_str(&toml_text).expect("toml");
+    std::fs::write(
+        dir.join("loop.json"),
+        serde_json::to_string_pretty(&table).expect("json"),
+    )
+    .expect("loop.json");
+    std::fs::remove_file(dir.join("loop.toml")).expect("rm loop.toml");
+    for i in 1..=2 {
+        let r = tick(&p, "x");
+        assert_eq!(r.code, 0, "{r:?}");
+        let s = p.state("x");
+        assert_eq!(s["iteration_count"], i, "{s}");
+        assert_eq!(s["halt"], Value::Null, "{s}");
+    }
+}
+
 /// Writes `state` (a JSON value) where the agent will copy it over `.state.loop`.
 fn forged(p: &Project, name: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
     let mut s = p.state(name);
