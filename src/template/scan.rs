@@ -144,7 +144,8 @@ const MEMO_TEXT_MAX: usize = 64 << 10;
 fn scan_text(text: &str) -> Result<Vec<Usage>, ScanError> {
     // Plain `{{a.b}}` mustaches cannot be a syntax error: leave handlebars' (slow) parser
     // for rendering time, so `check` on a 10,000-node pipeline stays cheap.
-    if only_plain_mustaches(text) {
+    // A block tag (`{{#if`) is never plain: prompts have one, argv elements seldom.
+    if memchr::memmem::find(text.as_bytes(), b"{{#").is_none() && only_plain_mustaches(text) {
         return Ok(plain_usages(text));
     }
     // The block subset loopflow compiles itself (`{{#if x}}…{{else}}…{{/if}}` and the
