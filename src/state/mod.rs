@@ -144,7 +144,6 @@ pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
     }
 }
 
-/// Reads a state file. A file that does not parse is reported with line and column.
 impl StateError {
     /// The state file is not there (its open said so).
     pub fn is_not_found(&self) -> bool {
@@ -152,6 +151,7 @@ impl StateError {
     }
 }
 
+/// Reads a state file. A file that does not parse is reported with line and column.
 pub fn load(path: &Path) -> Result<State, StateError> {
     let text = crate::fs_safe::read_to_string(path).map_err(io_err(path))?;
     from_text(path, &text)

@@ -129,27 +129,21 @@ impl LoopPaths {
     /// there is no `loop.toml`. The error names the file that could not be read.
     pub fn read_config(&self) -> Result<(PathBuf, String), (PathBuf, std::io::Error)> {
         let toml = self.dir.join("loop.toml");
-        match crate::fs_safe::read_to_string(&toml) {
+        let e = match crate::fs_safe::read_to_string(&toml) {
             Ok(text) => {
                 let _ = self.toml_seen.set(());
-                Ok((toml, text))
+                return Ok((toml, text));
             }
-            // As `config` decides: a loop.toml that does not `stat` (missing, a link loop,
-            // a dangling link) gives way to a loop.json; one that does is the error.
-            Err(e) if self.toml_seen.get().is_none() && !toml.exists() => {
-                let json = self.dir.join("loop.json");
-                if !json.exists() {
-                    return Err((toml, e));
-                }
-                crate::fs_safe::read_to_string(&json)
-                    .map(|text| (json.clone(), text))
-                    .map_err(|e| (json, e))
-            }
-            Err(e) => {
-                let _ = self.toml_seen.set(());
-                Err((toml, e))
-            }
+            Err(e) => e,
+        };
+        // loop.toml did not read: which file it should have been is `config`'s choice.
+        let path = self.config();
+        if path == toml {
+            return Err((toml, e));
         }
+        crate::fs_safe::read_to_string(&path)
+            .map(|text| (path.clone(), text))
+            .map_err(|e| (path, e))
     }
 
     /// The verdict cache of the loop's roles.
