@@ -154,7 +154,7 @@ impl LoopConfig {
                     let at = serde_json::from_str::<serde_json::Value>(&text)
                         .err()
                         .filter(|e| e.line() > 0)
-                        .map(|e| offset_of_line_byte(&text, e.line(), e.column()))
+                        .map(|e| crate::diag::offset_of(&text, e.line(), e.column()))
                         .unwrap_or(0);
                     let src = Source::new(name, path, text);
                     diags.push(
@@ -416,26 +416,6 @@ fn read_blast_radius(root: &Table<'_, '_>, diags: &mut Diagnostics) -> (Vec<Str>
         }
     }
     (allow, deny)
-}
-
-/// The byte offset of a 1-based line and column as serde_json counts them (the column in
-/// bytes), kept within the line and on a character boundary.
-fn offset_of_line_byte(text: &str, line: usize, column: usize) -> usize {
-    let start: usize = text
-        .split_inclusive('\n')
-        .take(line.saturating_sub(1))
-        .map(str::len)
-        .sum();
-    let start = start.min(text.len());
-    let line_len = text[start..]
-        .split_inclusive('\n')
-        .next()
-        .map_or(0, str::len);
-    let mut at = (start + column.saturating_sub(1)).min(start + line_len);
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    at
 }
 
 /// A predecessor `loop.json`, rewritten as TOML so one reader checks both.

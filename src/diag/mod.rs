@@ -142,6 +142,25 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
     i
 }
 
+/// The byte offset of a 1-based `line` and byte `column` (as parsers outside loopflow
+/// count them: serde_json, handlebars), kept within that line and on a character
+/// boundary; past the last line, the end of the text.
+pub fn offset_of(text: &str, line: usize, column: usize) -> usize {
+    let start: usize = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    let line_len = text[start..]
+        .split_inclusive('\n')
+        .next()
+        .map_or(0, str::len);
+    floor_char_boundary(
+        text,
+        (start + column.saturating_sub(1)).min(start + line_len),
+    )
+}
+
 /// `path` relative to `base` when it is under it, else as given.
 pub fn display_name(path: &Path, base: &Path) -> String {
     // Both plain UTF-8 without `.`, empty or trailing components (nearly always): their
@@ -615,6 +634,19 @@ mod tests {
                 "{p} from {b}"
             );
         }
+    }
+
+    #[test]
+    fn offset_of_stays_in_its_line_and_on_a_character() {
+        let t = "ab\nc日d\n";
+        assert_eq!(offset_of(t, 1, 1), 0);
+        assert_eq!(offset_of(t, 2, 2), 4);
+        // Inside `日` (bytes 4..7): the character's start.
+        assert_eq!(offset_of(t, 2, 3), 4);
+        // Past the line's end: its end, not the next line.
+        assert_eq!(offset_of(t, 1, 40), 3);
+        // Past the last line: the text's end.
+        assert_eq!(offset_of(t, 9, 1), t.len());
     }
 
     #[test]

@@ -174,7 +174,7 @@ fn scan_general(text: &str) -> Result<Vec<Usage>, ScanError> {
         let range = e
             .pos()
             .map(|(line, col)| {
-                let start = offset_of(text, line, col);
+                let start = crate::diag::offset_of(text, line, col);
                 start..(start + 2).min(text.len()).max(start)
             })
             .unwrap_or(0..text.len());
@@ -412,17 +412,6 @@ fn check_blocks(text: &str) -> Result<(), ScanError> {
         }),
         None => Ok(()),
     }
-}
-
-fn offset_of(text: &str, line: usize, col: usize) -> usize {
-    let mut offset = 0;
-    for (n, l) in text.split_inclusive('\n').enumerate() {
-        if n + 1 == line {
-            return (offset + col.saturating_sub(1)).min(text.len());
-        }
-        offset += l.len();
-    }
-    text.len()
 }
 
 /// Tokens of an expression with their ranges; strings stay one token.
