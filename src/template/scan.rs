@@ -5,8 +5,6 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use smallvec::SmallVec;
-
 use super::engine::compiled;
 
 /// Helpers usable in templates: handlebars' built-ins.
@@ -15,82 +13,90 @@ pub const HELPERS: &[&str] = &[
     "with", "lookup", "log", "raw",
 ];
 
-/// A variable path used by a template: `nodes.tests.exit_code` → ["nodes","tests","exit_code"],
-/// its segments kept as byte ranges of the scanned text ([`Usage::path`] reads them): a
-/// check of every loop's prompts makes thousands of these, and owned segments were most
-/// of what a scan allocated.
+/// A variable path used by a template: `nodes.tests.exit_code` → ["nodes","tests","exit_code"].
+/// Only where it is: the segments are read back from the scanned text ([`Usage::path`]),
+/// nothing is copied — a check of every loop's prompts makes thousands of these.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Usage {
-    segs: SmallVec<[(u32, u32); 3]>,
+    /// The path's bytes in the text it was scanned from.
     pub range: Range<usize>,
+    /// It has `/` separators (`../x`-style, only the general scan sees them).
+    slash: bool,
 }
 
 impl Usage {
-    /// A usage of `path`, found at byte `at` of the text, split into segments at `.`
-    /// (and, with `slash`, at `/`), each without the brackets of a `[literal]` segment.
+    /// A usage of `path`, found at byte `at` of the text; with `slash`, `/` separates
+    /// segments as `.` does.
     fn new(path: &str, at: usize, slash: bool) -> Usage {
-        let mut segs = SmallVec::new();
-        let mut push = |from: usize, to: usize| {
-            // `[literal]` segments (only the general scan sees them) without brackets.
-            let seg = &path.as_bytes()[from..to];
-            let lead = seg.iter().take_while(|&&b| b == b'[').count();
-            let trail = seg[lead..].iter().rev().take_while(|&&b| b == b']').count();
-            segs.push(((at + from + lead) as u32, (at + to - trail) as u32));
-        };
-        let mut from = 0;
-        for (i, &b) in path.as_bytes().iter().enumerate() {
-            if b == b'.' || (slash && b == b'/') {
-                push(from, i);
-                from = i + 1;
-            }
-        }
-        push(from, path.len());
         Usage {
-            segs,
             range: at..at + path.len(),
+            slash: slash && path.contains('/'),
         }
     }
 
     /// The path's segments in `text`, the text this usage was scanned from.
-    pub fn path<'t>(&self, text: &'t str) -> Path<'t, '_> {
+    pub fn path<'t>(&self, text: &'t str) -> Path<'t> {
         Path {
-            text,
-            segs: &self.segs,
+            path: text.get(self.range.clone()).unwrap_or(""),
+            slash: self.slash,
         }
     }
 }
 
-/// A [`Usage`]'s path read from its text; `Display` writes it dotted.
+/// A [`Usage`]'s path read from its text: segments split at `.` (and `/`), each without
+/// the brackets of a `[literal]` segment; `Display` writes it dotted.
 #[derive(Clone, Copy)]
-pub struct Path<'t, 'u> {
-    text: &'t str,
-    segs: &'u [(u32, u32)],
+pub struct Path<'t> {
+    path: &'t str,
+    slash: bool,
 }
 
-impl<'t> Path<'t, '_> {
+impl<'t> Path<'t> {
+    fn segments(self) -> impl Iterator<Item = &'t str> {
+        // Byte by byte: every separator and bracket is ASCII.
+        let (path, slash) = (self.path, self.slash);
+        let mut from = Some(0);
+        std::iter::from_fn(move || {
+            let start = from?;
+            let rest = &path.as_bytes()[start..];
+            let len = rest
+                .iter()
+                .position(|&b| b == b'.' || (slash && b == b'/'))
+                .unwrap_or(rest.len());
+            from = (start + len < path.len()).then_some(start + len + 1);
+            let seg = &path.as_bytes()[start..start + len];
+            let lead = seg.iter().take_while(|&&b| b == b'[').count();
+            let trail = seg[lead..].iter().rev().take_while(|&&b| b == b']').count();
+            Some(&path[start + lead..start + len - trail])
+        })
+    }
+
     pub fn len(&self) -> usize {
-        self.segs.len()
+        let slash = self.slash;
+        1 + self
+            .path
+            .bytes()
+            .filter(|&b| b == b'.' || (slash && b == b'/'))
+            .count()
     }
 
     pub fn get(&self, i: usize) -> Option<&'t str> {
-        self.segs
-            .get(i)
-            .and_then(|&(a, b)| self.text.get(a as usize..b as usize))
+        self.segments().nth(i)
     }
 
-    /// The first segment (`nodes` of `nodes.x.exit_code`); empty for an empty path.
+    /// The first segment (`nodes` of `nodes.x.exit_code`).
     pub fn root(&self) -> &'t str {
         self.get(0).unwrap_or("")
     }
 }
 
-impl std::fmt::Display for Path<'_, '_> {
+impl std::fmt::Display for Path<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for i in 0..self.len() {
+        for (i, seg) in self.segments().enumerate() {
             if i > 0 {
                 f.write_str(".")?;
             }
-            f.write_str(self.get(i).unwrap_or(""))?;
+            f.write_str(seg)?;
         }
         Ok(())
     }
@@ -652,6 +658,18 @@ mod tests {
         // ... and `{{# each xs}}` changes the context as `{{#each xs}}` does, in both scans.
         assert_eq!(paths("{{# each items}}{{name}}{{/each}}"), ["items"]);
         assert_eq!(paths("{{# each items}}{{name}}{{/each}}{{!c}}"), ["items"]);
+        // Segments read back from the text: brackets dropped, `/` a separator too.
+        assert_eq!(
+            paths("{{lookup nodes.[a-b].exit_code 0}} {{foo/[b.c]}}"),
+            ["nodes.a-b.exit_code", "foo.b.c"]
+        );
+        let u = scan("{{#if nodes.[t].stdout_path}}{{/if}}").unwrap();
+        let t = "{{#if nodes.[t].stdout_path}}{{/if}}";
+        let p = u[0].path(t);
+        assert_eq!(
+            (p.len(), p.root(), p.get(1), p.get(3)),
+            (3, "nodes", Some("t"), None)
+        );
         let e = scan("{{/if}}").unwrap_err();
         assert_eq!(e.message, "`{{/if}}` has no `{{#if}}` before it");
         let e = scan("x {{#each reasons}}- {{this}}").unwrap_err();
