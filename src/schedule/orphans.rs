@@ -31,6 +31,23 @@ fn loop_of<'a>(label: &'a str, suffix: &str) -> Option<&'a str> {
         .filter(|n| !n.is_empty())
 }
 
+/// The files of `dir` whose name ends in one of `suffixes`, as (name without it, path),
+/// sorted (a unit's `.timer` and `.service` next to each other).
+fn labeled(dir: &Path, suffixes: &[&str]) -> Vec<(String, PathBuf)> {
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let label = suffixes.iter().find_map(|s| name.strip_suffix(s))?;
+            Some((label.to_string(), e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Every schedule on this machine (systemd user timers, the crontab, launch agents) of a
 /// loop of `project` (as canonicalized at install) that no longer exists. A scheduler
 /// that cannot be read (no `crontab` program) contributes nothing.
@@ -52,20 +69,7 @@ pub fn orphans(project: &Path) -> Vec<Orphan> {
     };
     let mut out: Vec<Orphan> = Vec::new();
     if let Ok(dir) = systemd_dir() {
-        let mut units: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                let label = name
-                    .strip_suffix(".timer")
-                    .or_else(|| name.strip_suffix(".service"))?;
-                Some((label.to_string(), e.path()))
-            })
-            .collect();
-        units.sort();
-        for (label, path) in units {
+        for (label, path) in labeled(&dir, &[".timer", ".service"]) {
             let Some(name) = loop_of(&label, &suffix).filter(|n| gone(n)) else {
                 continue;
             };
@@ -108,17 +112,7 @@ pub fn orphans(project: &Path) -> Vec<Orphan> {
         }
     }
     if let Ok(dir) = home().map(|h| h.join("Library/LaunchAgents")) {
-        let mut agents: Vec<(String, PathBuf)> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                Some((name.strip_suffix(".plist")?.to_string(), e.path()))
-            })
-            .collect();
-        agents.sort();
-        for (label, path) in agents {
+        for (label, path) in labeled(&dir, &[".plist"]) {
             if let Some(name) = loop_of(&label, &suffix).filter(|n| gone(n))
                 && names_project(&path)
             {
