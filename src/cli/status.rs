@@ -173,7 +173,7 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
             }
             Err(NoRow::Unreadable(e)) => {
                 eprintln!("error: {e}");
-                errors.push(json!({"name": n, "error": e}));
+                errors.push((n.as_str(), e));
             }
         }
     }
@@ -183,6 +183,10 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
         exit::STATE
     };
     if a.json {
+        let errors: Vec<_> = errors
+            .iter()
+            .map(|(n, e)| json!({"name": n, "error": e}))
+            .collect();
         outln!(
             "{}",
             out::json(
@@ -209,7 +213,7 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
         not_started();
         return code;
     }
-    let unreadable: Vec<&str> = errors.iter().filter_map(|e| e["name"].as_str()).collect();
+    let unreadable: Vec<&str> = errors.iter().map(|(n, _)| *n).collect();
     out::write(status_table(&rows, &unreadable).as_bytes());
     for r in &rows {
         let name = printable(&r.name).into_owned();
