@@ -152,9 +152,9 @@ impl<'a, 's> Table<'a, 's> {
     }
 
     /// The entry of `key`. A small table (every table of a `loop.toml` is: a dozen keys
-    /// at most) is scanned: comparing a few short keys costs less than hashing one with
-    /// the map's hasher, std's SipHash, and `status`/`report` look up every key of every
-    /// loop's tables.
+    /// at most) is scanned: comparing a few short keys costs less than hashing one, even
+    /// with foldhash (toml's `fast_hash`), and `status`/`report` look up every key of
+    /// every loop's tables (0.7% of `report`'s instructions against `get_key_value`).
     fn entry(
         &self,
         key: &str,
