@@ -151,7 +151,7 @@ fn scan_text(text: &str) -> Result<Vec<Usage>, ScanError> {
     // Plain `{{a.b}}` mustaches cannot be a syntax error: leave handlebars' (slow) parser
     // for rendering time, so `check` on a 10,000-node pipeline stays cheap.
     // A block tag (`{{#if`) is never plain: prompts have one, argv elements seldom.
-    if memchr::memmem::find(text.as_bytes(), b"{{#").is_none() && only_plain_mustaches(text) {
+    if !text.contains("{{#") && only_plain_mustaches(text) {
         return Ok(plain_usages(text));
     }
     // The block subset loopflow compiles itself (`{{#if x}}…{{else}}…{{/if}}` and the
@@ -339,13 +339,13 @@ fn skip_raw_block(text: &str, open: usize) -> Option<usize> {
     )
 }
 
-/// Position of the first doubled byte (`{{` or `}}`). `memchr` for the byte, then a
-/// look at the next: `str::find` with a two-byte pattern builds a searcher per call,
+/// Position of the first doubled byte (`{{` or `}}`). [`find_byte`] for the byte, then
+/// a look at the next: `str::find` with a two-byte pattern builds a searcher per call,
 /// which dominated `check`, and a byte-at-a-time loop dominated loading a loop's prompts.
 pub(super) fn find2(s: &str, b: u8) -> Option<usize> {
     let bytes = s.as_bytes();
     let mut from = 0;
-    while let Some(p) = memchr::memchr(b, &bytes[from..]) {
+    while let Some(p) = find_byte(&s[from..], b) {
         let at = from + p;
         if bytes.get(at + 1) == Some(&b) {
             return Some(at);
@@ -353,6 +353,20 @@ pub(super) fn find2(s: &str, b: u8) -> Option<usize> {
         from = at + 1;
     }
     None
+}
+
+/// Position of the byte `b` in `s`. On x86-64, the `memchr` crate's SSE2 searcher (SSE2
+/// is part of the architecture): its default entry point picks AVX2 after asking the CPU's
+/// features on first use, and on a virtual machine each of std's ~8 `cpuid`s is a VM exit
+/// (5 µs each on the development VM: ~40 µs per process, more than all of a tick's
+/// template scans; core's word-at-a-time search, the other way around it, costs 8% more
+/// instructions in `report`).
+fn find_byte(s: &str, b: u8) -> Option<usize> {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    if let Some(one) = memchr::arch::x86_64::sse2::memchr::One::new(b) {
+        return one.find(s.as_bytes());
+    }
+    memchr::memchr(b, s.as_bytes())
 }
 
 /// Unbalanced `{{#block}}…{{/block}}` pairs, reported at the tag that is wrong (the
@@ -529,7 +543,7 @@ pub fn legacy_placeholders(text: &str) -> Vec<(String, Range<usize>)> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
-    while let Some(p) = memchr::memchr(b'{', &bytes[i..]) {
+    while let Some(p) = find_byte(&text[i..], b'{') {
         i += p;
         if bytes.get(i + 1) == Some(&b'{') {
             // skip a whole mustache
