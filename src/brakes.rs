@@ -83,7 +83,7 @@ pub fn evaluate(
                 None => "not halted".into(),
                 Some(h) => format!(
                     "halted: {} at {} (run `loopflow approve --loop {}`)",
-                    h.reason, h.at, state.name
+                    h.reason, h.at, paths.name
                 ),
             },
         },

@@ -110,7 +110,9 @@ fn row(
             reason: e.args.shift_remove("reason"),
         });
     Row {
-        name: s.name.clone(),
+        // The loop is its directory (`--loop NAME` finds it there): a state file copied
+        // with its directory still carries the first loop's name.
+        name: paths.name.clone(),
         iteration_count: s.iteration_count,
         max_iterations: cfg.map(|c| c.effective_max_iterations(s.extra_iterations)),
         halt: s.halt.clone(),

@@ -584,6 +584,43 @@ fn the_gate_node_reports_how_it_ended_the_tick() {
     assert_eq!(gate(&skipped), "skip");
 }
 
+/// A loop is its directory: one copied with its state file (`cp -r loops/l loops/m`, to
+/// start a second loop like the first) is `m` everywhere — status, the gate's advice of
+/// whom to approve — never the `l` its copied state still names.
+#[test]
+fn a_copied_loop_directory_is_named_by_its_directory() {
+    let p = agent_project(&[HALF], "");
+    let (from, to) = (p.loop_dir("l"), p.loop_dir("m"));
+    std::fs::create_dir_all(&to).unwrap();
+    for e in std::fs::read_dir(&from).unwrap().flatten() {
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+    let r = p.lf(&["halt", "--loop", "m", "--reason", "copied"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let j: Value = serde_json::from_str(&p.lf(&["status", "--json"]).stdout).unwrap();
+    let names: Vec<&str> = j["loops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["l", "m"], "{j}");
+    assert!(
+        j["loops"][0]["halt"].is_null() && !j["loops"][1]["halt"].is_null(),
+        "{j}"
+    );
+    let r = p.lf(&["status"]);
+    assert_eq!(state_cell(&r, "l"), "ok", "{r:?}");
+    assert!(state_cell(&r, "m").starts_with("HALTED"), "{r:?}");
+    let r = p.lf(&["gate", "--loop", "m"]);
+    assert!(
+        r.stdout.contains("(run `loopflow approve --loop m`)"),
+        "the gate names the halted loop, not the one its state was copied from: {r:?}"
+    );
+}
+
 // ---- display safety -----------------------------------------------------------------------
 
 #[test]
