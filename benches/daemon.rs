@@ -29,7 +29,7 @@ fn project(n: usize) -> (tempfile::TempDir, Vec<String>) {
     let loops = first.dir.parent().expect("loops dir").to_path_buf();
     let names: Vec<String> = (0..n).map(|i| format!("l{i:05}")).collect();
     for name in &names[1..] {
-        support::copy_dir(&first.dir, &loops.join(name));
+        support::copy_loop(&first.dir, &loops.join(name));
     }
     (dir, names)
 }

@@ -30,7 +30,7 @@ fn project(n: usize, edited: bool) -> (tempfile::TempDir, Vec<PathBuf>) {
     let mut dirs = vec![first.dir.clone()];
     for i in 1..n {
         let d = loops.join(format!("l{i:05}"));
-        support::copy_dir(&first.dir, &d);
+        support::copy_loop(&first.dir, &d);
         dirs.push(d);
     }
     for d in dirs.iter().filter(|_| edited) {

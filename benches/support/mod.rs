@@ -103,7 +103,33 @@ mode = "{sandbox}"
     )
 }
 
-pub fn copy_dir(from: &Path, to: &Path) {
+/// A copy of loop directory `from` as the loop named by `to`'s last component: its files,
+/// with the state file's `name` the copy's own, as `create` writes it (a tick refuses a
+/// state file that names another loop).
+pub fn copy_loop(from: &Path, to: &Path) {
+    copy_dir(from, to);
+    let name = |d: &Path| {
+        d.file_name()
+            .and_then(|n| n.to_str())
+            .expect("loop name")
+            .to_string()
+    };
+    let state = to.join(".state.loop");
+    let text = std::fs::read_to_string(&state).expect("state");
+    let (old, new) = (
+        format!("\"name\": \"{}\"", name(from)),
+        format!("\"name\": \"{}\"", name(to)),
+    );
+    assert!(
+        text.contains(&old),
+        "{} names no loop {}",
+        state.display(),
+        name(from)
+    );
+    std::fs::write(&state, text.replacen(&old, &new, 1)).expect("state");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
     for e in std::fs::read_dir(from).expect("read_dir").flatten() {
         let t = to.join(e.file_name());

@@ -140,11 +140,18 @@ fn row(
         notes: models
             .filter(|(a, b)| a == b)
             .map(|(m, _)| {
-                vec![format!(
+                format!(
                     "implement and verify both use model `{m}`: verification is not model-diverse"
-                )]
+                )
             })
-            .unwrap_or_default(),
+            .into_iter()
+            .chain(paths.owns(s).err().map(|_| {
+                format!(
+                    "its state file is loop `{}`'s (the directory was copied or renamed with it): its ticks are refused until it is started fresh (`loopflow run --loop {}` says how)",
+                    s.name, paths.name
+                )
+            }))
+            .collect(),
         running: paths.tick_seen_running(),
     }
 }

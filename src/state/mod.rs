@@ -135,6 +135,14 @@ pub enum StateError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "{path}: this state file is loop `{named}`'s, not `{dir}`'s: the loop directory was copied or renamed with it\n  a tick would carry `{named}`'s iterations, spend, approvals and worktree into `{dir}`, so none runs; rename the directory back to `{named}`, or start `{dir}` fresh: remove its .state.loop and .state.log, then `loopflow create --loop {dir}` starts the loop.toml there as it is"
+    )]
+    Foreign {
+        path: PathBuf,
+        named: String,
+        dir: String,
+    },
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {

@@ -161,6 +161,20 @@ impl LoopPaths {
         load(&self.state)
     }
 
+    /// Refuses a state file that names another loop: its directory was copied or renamed
+    /// with it, and a tick would run on that loop's history and in its worktree (two loops
+    /// in one worktree, each under its own lock).
+    pub fn owns(&self, state: &State) -> Result<(), StateError> {
+        if state.name == self.name {
+            return Ok(());
+        }
+        Err(StateError::Foreign {
+            path: self.state.clone(),
+            named: state.name.clone(),
+            dir: self.name.clone(),
+        })
+    }
+
     /// Read-modify-write of the state under the state lock, so concurrent writers (a
     /// tick's commit, `halt`, `transition` from inside the tick) never lose an update.
     pub fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> Result<(State, R), StateError> {

@@ -294,6 +294,15 @@ fn run_locked(
             return Err(e.into());
         }
     };
+    if let Err(e) = paths.owns(&state) {
+        if !opts.dry_run {
+            let _ = paths.log(
+                Event::Error,
+                &[LogArg::Kv("reason", "state_of_another_loop".into())],
+            );
+        }
+        return Err(e.into());
+    }
     if !opts.dry_run {
         paths.recover_tick_line(&state)?;
         crate::lifecycle::recover_halt(paths, &state)?;

@@ -586,39 +586,69 @@ fn the_gate_node_reports_how_it_ended_the_tick() {
 
 /// A loop is its directory: one copied with its state file (`cp -r loops/l loops/m`, to
 /// start a second loop like the first) is `m` everywhere — status, the gate's advice of
-/// whom to approve — never the `l` its copied state still names.
+/// whom to approve — never the `l` its copied state still names; and it does not tick on
+/// `l`'s history (nor in `l`'s worktree) until it is started fresh, as the refusal says.
 #[test]
-fn a_copied_loop_directory_is_named_by_its_directory() {
+fn a_copied_loop_directory_is_named_by_its_directory_and_ticks_only_once_started() {
     let p = agent_project(&[HALF], "");
     let (from, to) = (p.loop_dir("l"), p.loop_dir("m"));
-    std::fs::create_dir_all(&to).unwrap();
-    for e in std::fs::read_dir(&from).unwrap().flatten() {
-        if e.file_type().unwrap().is_file() {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
+    let cp = Command::new("cp").arg("-r").arg(&from).arg(&to).status();
+    assert!(cp.is_ok_and(|s| s.success()));
+    let state = std::fs::read(to.join(".state.loop")).unwrap();
+    let r = p.lf(&["run", "--loop", "m"]);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("this state file is loop `l`'s, not `m`'s")
+            && r.stderr.contains("loopflow create --loop m"),
+        "{r:?}"
+    );
+    assert_eq!(std::fs::read(to.join(".state.loop")).unwrap(), state);
+    assert!(
+        p.events("m")
+            .last()
+            .is_some_and(|e| e == "ERROR reason=state_of_another_loop"),
+        "{:?}",
+        p.events("m")
+    );
+
     let r = p.lf(&["halt", "--loop", "m", "--reason", "copied"]);
     assert_eq!(r.code, 0, "{r:?}");
-    let j: Value = serde_json::from_str(&p.lf(&["status", "--json"]).stdout).unwrap();
-    let names: Vec<&str> = j["loops"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["l", "m"], "{j}");
-    assert!(
-        j["loops"][0]["halt"].is_null() && !j["loops"][1]["halt"].is_null(),
-        "{j}"
-    );
+    let names = |p: &Project| -> Vec<String> {
+        let j: Value = serde_json::from_str(&p.lf(&["status", "--json"]).stdout).unwrap();
+        j["loops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&p), ["l", "m"]);
     let r = p.lf(&["status"]);
     assert_eq!(state_cell(&r, "l"), "ok", "{r:?}");
     assert!(state_cell(&r, "m").starts_with("HALTED"), "{r:?}");
+    assert!(
+        r.stdout
+            .contains("note: m: its state file is loop `l`'s (the directory was copied"),
+        "{r:?}"
+    );
     let r = p.lf(&["gate", "--loop", "m"]);
     assert!(
         r.stdout.contains("(run `loopflow approve --loop m`)"),
         "the gate names the halted loop, not the one its state was copied from: {r:?}"
     );
+
+    // What the refusal says to do.
+    std::fs::remove_file(to.join(".state.loop")).unwrap();
+    std::fs::remove_file(to.join(".state.log")).unwrap();
+    let r = p.create("m", Some("its own task"));
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = p.lf(&["run", "--loop", "m", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    let r = p.lf(&["status"]);
+    assert!(!r.stdout.contains("note: m:"), "{r:?}");
+    assert_eq!(names(&p), ["l", "m"]);
 }
 
 // ---- display safety -----------------------------------------------------------------------
