@@ -1,6 +1,8 @@
 //! The gate (DESIGN §6): every brake evaluated in order, shared by the `gate` node,
 //! `loopflow gate` and `loopflow can-continue`, so all three always agree.
 
+use std::path::Path;
+
 use serde::Serialize;
 
 use crate::config::LoopConfig;
@@ -213,21 +215,33 @@ pub fn evaluate(
         },
     );
 
-    let (wt_ok, wt_detail) = if !config.worktree {
-        (true, "worktree disabled".to_string())
-    } else {
-        let path = crate::worktree::dir(paths, state);
-        if path.join(".git").exists() {
-            (true, format!("worktree at {}", path.display()))
-        } else {
-            (
-                false,
-                format!("worktree configured but missing at {}", path.display()),
-            )
-        }
+    let (wt_skip, wt_ok, wt_detail) = match config
+        .worktree
+        .then(|| crate::worktree::place(paths, state))
+    {
+        None => (
+            SkipReason::WorktreeMissing,
+            true,
+            "worktree disabled".to_string(),
+        ),
+        Some(crate::worktree::Place::Own(path)) => (
+            SkipReason::WorktreeMissing,
+            true,
+            format!("worktree at {}", path.display()),
+        ),
+        Some(crate::worktree::Place::Missing(path)) => (
+            SkipReason::WorktreeMissing,
+            false,
+            format!("worktree configured but missing at {}", path.display()),
+        ),
+        Some(crate::worktree::Place::Elsewhere { recorded, own }) => (
+            SkipReason::WorktreeElsewhere,
+            false,
+            elsewhere(&recorded, &own, &paths.name),
+        ),
     };
     decide(
-        GateVerdict::Skip(SkipReason::WorktreeMissing),
+        GateVerdict::Skip(wt_skip),
         &mut checks,
         Check {
             name: "worktree",
@@ -248,6 +262,16 @@ pub fn evaluate(
         verdict,
         task,
     }
+}
+
+/// What a human does about a state that names a worktree outside the loop (the gate's
+/// detail and the tick's `WARN`).
+pub fn elsewhere(recorded: &Path, own: &Path, name: &str) -> String {
+    format!(
+        "the state names the worktree {}, not this loop's {} (the project was copied or moved with its loops); no agent runs in another checkout: `loopflow worktree restore --loop {name}` points the loop at its own",
+        recorded.display(),
+        own.display(),
+    )
 }
 
 #[cfg(test)]

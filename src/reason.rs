@@ -205,6 +205,9 @@ pub enum SkipReason {
     /// The task's phase is not one the loop runs in.
     Phase(String),
     WorktreeMissing,
+    /// The state names a worktree outside the loop's directory (a copied or moved
+    /// project): a tick would run the agents in another checkout.
+    WorktreeElsewhere,
     /// A `when` condition was false at this node, and that took in the commit.
     When(String),
     /// The walk ended without reaching a commit node.
@@ -225,6 +228,7 @@ impl fmt::Display for SkipReason {
             SkipReason::NoCurrentTask => f.write_str("no_current_task"),
             SkipReason::Phase(p) => write!(f, "phase:{p}"),
             SkipReason::WorktreeMissing => f.write_str("worktree_missing"),
+            SkipReason::WorktreeElsewhere => f.write_str("worktree_elsewhere"),
             SkipReason::When(n) => write!(f, "when:{n}"),
             SkipReason::NoCommit => f.write_str("no_commit"),
             SkipReason::Locked => f.write_str("locked"),

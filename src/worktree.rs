@@ -23,6 +23,38 @@ pub fn dir(paths: &LoopPaths, state: &State) -> PathBuf {
     }
 }
 
+/// Where a loop's state says its worktree is, against the loop's own directory for it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Place {
+    /// `.loopflow/loops/<name>/worktree`, a git worktree (its `.git` is there).
+    Own(PathBuf),
+    /// Neither is there: removed (`worktree restore` makes it again).
+    Missing(PathBuf),
+    /// Somewhere else: the project was copied or moved with its loops, and the state still
+    /// names the worktree of the old place — another checkout's, if it is still there.
+    Elsewhere { recorded: PathBuf, own: PathBuf },
+}
+
+/// [`Place`] of the worktree a tick of this loop would run in: the same directory as the
+/// loop's own (compared by device and inode, so a symlinked project path still matches),
+/// else missing or elsewhere. Two `stat`s.
+pub fn place(paths: &LoopPaths, state: &State) -> Place {
+    let recorded = dir(paths, state);
+    let id = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    };
+    match (id(&recorded), id(&paths.worktree)) {
+        (Some(a), Some(b)) if a == b && recorded.join(".git").exists() => Place::Own(recorded),
+        (Some(a), Some(b)) if a == b => Place::Missing(recorded),
+        (None, None) => Place::Missing(recorded),
+        _ => Place::Elsewhere {
+            recorded,
+            own: paths.worktree.clone(),
+        },
+    }
+}
+
 /// One worktree git knows about.
 #[derive(Debug, Clone)]
 pub struct Worktree {
@@ -276,6 +308,11 @@ pub enum RestoreError {
     Busy(String),
     #[error("{} exists and is not a git worktree; move it away, then run restore again", .0.display())]
     InTheWay(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Relink {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// What `worktree restore` did.
@@ -288,6 +325,59 @@ pub struct Restored {
     pub branch_existed: bool,
 }
 
+/// A worktree copied or moved with its project: its `.git` file still names the old
+/// repository's record of it (`<old>/.git/worktrees/<id>`), which the copy or move brought
+/// along as `<this>/.git/worktrees/<id>`. Points the file at this repository's record and
+/// lets git repair the way back from it. Never touches the old repository (`git worktree
+/// repair` run on the copy as it is would: it follows the `.git` file and rewrites the
+/// old repository's record to name the copy). False when there was nothing to relink.
+fn relink(paths: &LoopPaths) -> Result<bool, RestoreError> {
+    let dotgit = paths.worktree.join(".git");
+    // The agent's file to write: only a regular file is read, and it is replaced, never
+    // written through.
+    if !std::fs::symlink_metadata(&dotgit).is_ok_and(|m| m.file_type().is_file()) {
+        return Ok(false);
+    }
+    let Ok(text) = crate::fs_safe::head(&dotgit, 4096) else {
+        return Ok(false);
+    };
+    let Some(old) = std::str::from_utf8(&text)
+        .ok()
+        .and_then(|t| t.trim_end().strip_prefix("gitdir: "))
+        .map(PathBuf::from)
+    else {
+        return Ok(false);
+    };
+    let common = ok(
+        git(
+            &paths.project,
+            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        )?,
+        "rev-parse",
+    )?;
+    let common = crate::git::path_of(common.trim_ascii_end());
+    let Some(id) = old.file_name() else {
+        return Ok(false);
+    };
+    let admin = common.join("worktrees").join(id);
+    if old == admin || old.starts_with(&common) || !admin.join("HEAD").is_file() {
+        return Ok(false);
+    }
+    let tmp = paths.worktree.join(".git.loopflow-relink");
+    std::fs::write(&tmp, format!("gitdir: {}\n", admin.display()))
+        .and_then(|()| std::fs::rename(&tmp, &dotgit))
+        .map_err(|source| RestoreError::Relink {
+            path: dotgit.clone(),
+            source,
+        })?;
+    let wt = paths.worktree.display().to_string();
+    ok(
+        git(&paths.project, &["worktree", "repair", &wt])?,
+        "worktree repair",
+    )?;
+    Ok(true)
+}
+
 /// Re-creates a loop's worktree at `.loopflow/loops/<name>/worktree` on `loopflow/<name>`
 /// (the branch if it exists, else a new one from HEAD) and points the state's
 /// `worktree_path` at it. Holds the tick lock, so no tick runs meanwhile.
@@ -296,8 +386,8 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
         .try_lock_tick()?
         .ok_or_else(|| RestoreError::Busy(paths.name.clone()))?;
     let state = paths.load()?;
+    paths.owns(&state)?;
     let branch = format!("loopflow/{}", paths.name);
-    let current = dir(paths, &state);
     let known = list(&paths.project)?;
     let registered = |p: &Path| {
         let canon = p.canonicalize().ok();
@@ -305,15 +395,41 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
             .iter()
             .any(|w| Some(&w.path) == canon.as_ref() || w.path == p)
     };
-    if current.join(".git").exists() && registered(&current) {
+    let target = paths.worktree.clone();
+    // Only the loop's own directory counts: a state naming another checkout's worktree
+    // (a copied or moved project) is pointed back here once git knows this one.
+    let known = if !registered(&target) && relink(paths)? {
+        list(&paths.project)?
+    } else {
+        known
+    };
+    let registered = |p: &Path| {
+        let canon = p.canonicalize().ok();
+        known
+            .iter()
+            .any(|w| Some(&w.path) == canon.as_ref() || w.path == p)
+    };
+    if target.join(".git").exists() && registered(&target) {
+        let path = target.canonicalize().unwrap_or(target);
+        let moved = !matches!(place(paths, &state), Place::Own(_));
+        if moved {
+            let shown = path.display().to_string();
+            paths.update(|s| s.worktree_path = Some(shown.clone()))?;
+            let _ = paths.log(
+                Event::Worktree,
+                &[
+                    LogArg::Kv("restored", shown),
+                    LogArg::Kv("branch", branch.clone()),
+                ],
+            );
+        }
         return Ok(Restored {
-            path: current,
+            path,
             branch,
-            created: false,
+            created: moved,
             branch_existed: true,
         });
     }
-    let target = paths.worktree.clone();
     let occupied = std::fs::read_dir(&target).is_ok_and(|mut d| d.next().is_some());
     if occupied {
         return Err(RestoreError::InTheWay(target));

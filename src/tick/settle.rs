@@ -126,6 +126,10 @@ impl Tick<'_> {
                         )],
                     )?;
                 }
+                if reason == SkipReason::WorktreeElsewhere {
+                    let msg = crate::brakes::elsewhere(self.cwd, &paths.worktree, &paths.name);
+                    paths.log(Event::Warn, &[LogArg::Kv("msg", msg)])?;
+                }
                 skip(paths, &reason)?;
                 summary.outcome = Outcome::Skip;
                 summary.reason = Some(reason.to_string());

@@ -31,6 +31,110 @@ fn worktree_toml(agent: &Path) -> LoopToml {
         .without("worktree")
 }
 
+/// `cp -a` of `from`'s whole directory into a new project (what a user does to try
+/// something on a second checkout).
+fn copy_project(from: &Project) -> Project {
+    let to = Project::new();
+    let src = format!("{}/.", from.path().display());
+    let cp = std::process::Command::new("cp")
+        .args(["-a", &src])
+        .arg(to.path())
+        .status();
+    assert!(cp.is_ok_and(|s| s.success()));
+    to
+}
+
+/// A project copied (or moved) with its loops: the copied state still names the first
+/// checkout's worktree, and git's records in the copy still name the first checkout. No
+/// agent runs there: the tick skips `worktree_elsewhere`, the original is left exactly as
+/// it was, and `worktree restore` points the copy at its own worktree (relinked inside the
+/// copy, never by rewriting the original's records), after which both tick, each in its
+/// own worktree.
+#[test]
+fn a_copied_or_moved_project_never_runs_agents_in_the_first_checkouts_worktree() {
+    let p = Project::git();
+    let a = agent(&p, "echo change >> file.txt");
+    p.with_loop_task("w", Some("t"), &worktree_toml(&a));
+    assert_eq!(p.lf(&["run", "--loop", "w"]).code, 0);
+    let w = p.worktree("w").canonicalize().unwrap();
+    let records = |p: &Project| {
+        (
+            p.git_cmd(&["worktree", "list", "--porcelain"]),
+            std::fs::read_to_string(p.worktree("w").join(".git")).unwrap(),
+            std::fs::read_to_string(p.worktree("w").join("file.txt")).unwrap(),
+        )
+    };
+    let original = records(&p);
+
+    let q = copy_project(&p);
+    let calls = p.read("calls.log");
+    let r = q.lf(&["run", "--loop", "w", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
+    assert_eq!(p.read("calls.log"), calls, "an agent ran");
+    assert!(
+        q.events("w").iter().any(|e| e.starts_with("WARN ")
+            && e.contains(&w.display().to_string())
+            && e.contains("loopflow worktree restore --loop w")),
+        "{:?}",
+        q.events("w")
+    );
+    let g = q.lf(&["gate", "--loop", "w"]);
+    assert_eq!(g.code, 1, "{g:?}");
+    assert!(g.stdout.contains("not ok (worktree_elsewhere)"), "{g:?}");
+
+    let r = q.lf(&["worktree", "restore", "--loop", "w"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        records(&p),
+        original,
+        "the first checkout's records were rewritten"
+    );
+    let qw = q.worktree("w").canonicalize().unwrap();
+    assert_eq!(q.state("w")["worktree_path"].as_str(), qw.to_str());
+    let list = q.git_cmd(&["worktree", "list", "--porcelain"]);
+    assert!(
+        list.contains(&format!("worktree {}", qw.display())),
+        "{list}"
+    );
+    assert!(!list.contains(&w.display().to_string()), "{list}");
+
+    let r = q.lf(&["run", "--loop", "w", "--json"]);
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    let last = p.read("calls.log");
+    let ran_in: Vec<&str> = last[calls.len()..]
+        .lines()
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
+    assert!(
+        !ran_in.is_empty() && ran_in.iter().all(|d| Path::new(d) == qw),
+        "the copy's agents ran in {ran_in:?}, not in {}",
+        qw.display()
+    );
+    assert_eq!(
+        git(&qw, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "loopflow/w"
+    );
+    let r = p.lf(&["run", "--loop", "w", "--json"]);
+    assert_eq!(
+        r.json()["outcome"],
+        "tick",
+        "the original still ticks: {r:?}"
+    );
+    assert_eq!(p.state("w")["iteration_count"], 2);
+
+    // Moved (here: the copy, renamed): the same skip, the same way out.
+    let moved = Project::new();
+    std::fs::remove_dir(moved.path()).unwrap();
+    std::fs::rename(q.path(), moved.path()).unwrap();
+    std::fs::create_dir(q.path()).unwrap();
+    let r = moved.lf(&["run", "--loop", "w", "--json"]);
+    assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
+    assert_eq!(moved.lf(&["worktree", "restore", "--loop", "w"]).code, 0);
+    let r = moved.lf(&["run", "--loop", "w", "--json"]);
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+}
+
 #[test]
 fn create_makes_a_worktree_the_agent_runs_there_and_a_missing_one_skips() {
     let p = Project::git();
