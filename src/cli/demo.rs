@@ -213,6 +213,23 @@ pub fn demo(a: DemoArgs) -> i32 {
     for line in super::status::status_table(row.as_slice(), &[]).lines() {
         say(format!("  {line}"));
     }
+    let halted = paths.load().is_ok_and(|s| s.halt.is_some());
+    if !halted {
+        // The demo is the first thing a newcomer runs: a loop that aborted (its agent
+        // failed) is the demo failing, said as such, never dressed up as a halt.
+        let last = ticks
+            .last()
+            .map_or_else(|| "no tick ran".to_string(), |s| s.human());
+        eprintln!(
+            "error: the demo's loop did not reach a halt ({last}); what its agent said is in {}",
+            paths.outputs.display()
+        );
+        if a.json {
+            let doc = serde_json::json!({"project": dir, "ticks": ticks, "status": row});
+            outln!("{}", out::json(&doc, true));
+        }
+        return exit::STATE;
+    }
     if let Ok(state) = paths.load() {
         let notes = std::fs::read_to_string(dir.join("NOTES.md")).unwrap_or_default();
         say(format!(
