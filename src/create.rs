@@ -243,6 +243,7 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
         ))
     })?;
     let paths = LoopPaths::new(project, o.name);
+    crate::state::text_path(&paths.dir).map_err(|e| CreateError::Io(e.to_string()))?;
     if adoptable(&paths) {
         return adopt(project, o, paths);
     }

@@ -18,7 +18,7 @@ pub mod tamper;
 
 pub use lock::{Previous, TickLock};
 pub use log::{Event, LogArg};
-pub use paths::{Ledger, LoopPaths, check_loop_name, list_loops, loops_dir};
+pub use paths::{Ledger, LoopPaths, check_loop_name, list_loops, loops_dir, text_path};
 
 pub const SCHEMA_VERSION: u32 = 1;
 

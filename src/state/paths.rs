@@ -76,6 +76,18 @@ pub struct LoopPaths {
     toml_seen: std::sync::OnceLock<()>,
 }
 
+/// Agents get paths as text (`{{cwd}}`, `{{prompt}}`, `{{output}}` are JSON strings): a
+/// path that is not UTF-8 would reach them changed (U+FFFD for its odd bytes) and name no
+/// file, so every agent would fail on its own prompt. Said once, up front, instead.
+pub fn text_path(path: &Path) -> Result<(), StateError> {
+    if path.to_str().is_some() {
+        return Ok(());
+    }
+    Err(io_err(path)(io::Error::other(
+        "this path is not valid UTF-8: loopflow hands paths to agents as text ({{cwd}}, {{prompt}}, {{output}}), where it would arrive changed; use a project directory whose path is UTF-8",
+    )))
+}
+
 impl LoopPaths {
     pub fn new(project: &Path, name: &str) -> LoopPaths {
         let dir = loops_dir(project).join(name);

@@ -320,6 +320,15 @@ fn run_locked(
         }
     };
     let cwd = crate::work_source::loop_cwd(&loaded.config, &state, paths);
+    if let Err(e) = crate::state::text_path(&paths.dir).and(crate::state::text_path(&cwd)) {
+        if !opts.dry_run {
+            let _ = paths.log(
+                Event::Error,
+                &[LogArg::Kv("reason", "path_not_utf8".into())],
+            );
+        }
+        return Err(e.into());
+    }
     if loaded.config.worktree
         && std::fs::symlink_metadata(&cwd).is_ok_and(|m| m.file_type().is_symlink())
     {

@@ -494,3 +494,53 @@ exit 0"#
     );
     assert_eq!(p.state("l")["iteration_count"], 1, "{events:?}");
 }
+
+/// Agents get paths as text (`{{cwd}}`, `{{prompt}}`): in a project whose path is not
+/// UTF-8 they would get a changed path naming no file, and every agent would fail on its
+/// own prompt. `create` and the demo refuse such a project up front, and a tick of a loop
+/// whose project was moved there refuses before any agent runs.
+#[test]
+fn a_project_path_that_is_not_utf8_is_refused_up_front() {
+    use std::os::unix::ffi::OsStrExt;
+    let odd = |p: &Project| {
+        p.path()
+            .with_file_name(std::ffi::OsStr::from_bytes(b"loopflow-\xff-project"))
+    };
+    let p = Project::new();
+    let dir = odd(&p);
+    std::fs::create_dir(&dir).unwrap();
+    let run = |args: &[&str]| {
+        let mut c = crate::support::loopflow(&dir);
+        c.arg("--project").arg(&dir).args(args);
+        crate::support::Run::of(&mut c)
+    };
+    let r = run(&["create", "--loop", "l", "--no-worktree", "--task", "t"]);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("is not valid UTF-8"), "{r:?}");
+    assert!(!dir.join(".loopflow/loops/l").exists());
+    let mut c = crate::support::loopflow(&dir);
+    c.arg("demo").arg("--dir").arg(&dir);
+    let r = crate::support::Run::of(&mut c);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("is not valid UTF-8"), "{r:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // A loop made where the path was UTF-8, its project then moved.
+    let a = standard_agent(&p, &[r#"{"pass": false, "score": 0.5}"#]);
+    p.agent_loop("l", &a, "");
+    std::fs::rename(p.path(), &dir).unwrap();
+    let r = run(&["run", "--loop", "l"]);
+    let log = std::fs::read_to_string(dir.join(".loopflow/loops/l/.state.log")).unwrap();
+    let called = dir.join("calls.log").exists();
+    std::fs::rename(&dir, p.path()).unwrap();
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("is not valid UTF-8"), "{r:?}");
+    assert!(
+        log.lines()
+            .last()
+            .is_some_and(|l| l.ends_with("ERROR reason=path_not_utf8")),
+        "{log}"
+    );
+    assert!(!called, "an agent ran");
+    assert!(!p.join("calls.log").exists(), "an agent ran");
+}
