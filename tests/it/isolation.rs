@@ -135,6 +135,56 @@ fn a_copied_or_moved_project_never_runs_agents_in_the_first_checkouts_worktree()
     assert_eq!(r.json()["outcome"], "tick", "{r:?}");
 }
 
+/// A worktree loop's directory copied to start a second loop: the copy's state and its
+/// `worktree/` (whose `.git` names the first loop's record) are the first loop's. Its
+/// ticks are refused, and the fresh start the refusal describes gives the copy a
+/// worktree and branch of its own, the first loop's untouched.
+#[test]
+fn a_copied_worktree_loop_starts_fresh_in_a_worktree_of_its_own() {
+    let p = Project::git();
+    let a = agent(&p, "echo change >> file.txt");
+    p.with_loop_task("w", Some("t"), &worktree_toml(&a));
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(p.loop_dir("w"))
+        .arg(p.loop_dir("c"))
+        .status();
+    assert!(cp.is_ok_and(|s| s.success()));
+    let before = p.git_cmd(&["worktree", "list", "--porcelain"]);
+    let r = p.lf(&["run", "--loop", "c"]);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("its worktree/, a copy of `w`'s"), "{r:?}");
+    assert!(!p.join("calls.log").exists(), "an agent ran");
+
+    for f in [".state.loop", ".state.log"] {
+        std::fs::remove_file(p.loop_dir("c").join(f)).unwrap();
+    }
+    std::fs::remove_dir_all(p.worktree("c")).unwrap();
+    let r = p.lf(&["create", "--loop", "c", "--task", "its own"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = p.lf(&["run", "--loop", "c", "--json"]);
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    let c = p.worktree("c").canonicalize().unwrap();
+    let calls = p.read("calls.log");
+    assert!(
+        !calls.is_empty() && calls.lines().all(|l| l.ends_with(&c.display().to_string())),
+        "{calls}"
+    );
+    assert_eq!(
+        git(&c, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        "loopflow/c"
+    );
+    let after = p.git_cmd(&["worktree", "list", "--porcelain"]);
+    for block in before.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        assert!(after.contains(block.trim()), "{before}\n---\n{after}");
+    }
+    assert!(after.contains("branch refs/heads/loopflow/c"), "{after}");
+    assert_eq!(
+        p.lf(&["run", "--loop", "w", "--json"]).json()["outcome"],
+        "tick"
+    );
+}
+
 #[test]
 fn create_makes_a_worktree_the_agent_runs_there_and_a_missing_one_skips() {
     let p = Project::git();
