@@ -464,7 +464,8 @@ pub fn render(r: &Review) -> String {
                 .map(|d| format!(": {}", printable(d)))
                 .unwrap_or_default()
         ),
-        None => format!("running, iteration {}", r.iteration_count),
+        // Not `running`: in `status` that word means a tick is running now.
+        None => format!("not halted, iteration {}", r.iteration_count),
     };
     let _ = writeln!(o, "loop {}: {state}", r.name);
     match (&r.branch, &r.checkout_branch) {

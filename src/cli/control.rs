@@ -234,6 +234,23 @@ pub fn transition(project: &Path, a: TransitionArgs) -> i32 {
                 out::printable(&from),
                 out::printable(&a.to)
             );
+            // Phases are free-form, so a typo parks the loop as surely as a decision does:
+            // say which one this is.
+            if let Ok(cfg) = config(&paths, project)
+                && !cfg.brakes.run_phases.contains(&a.to)
+            {
+                outln!(
+                    "note: `{}` is not in brakes.run_phases [{}]: its ticks skip (`phase:{}`) until `loopflow transition --loop {} --to {}`",
+                    out::printable(&a.to),
+                    cfg.brakes.run_phases.join(", "),
+                    out::printable(&a.to),
+                    a.loop_name,
+                    cfg.brakes
+                        .run_phases
+                        .first()
+                        .map_or("PHASE", String::as_str)
+                );
+            }
             exit::OK
         }
         Err(e) => report(&RunError::State(e)),

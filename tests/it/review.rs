@@ -115,6 +115,12 @@ fn review_shows_commits_files_verdicts_and_what_to_run_next() {
 
     let text = p.lf(&["review", "--loop", "w"]);
     assert_eq!(text.code, 0, "{text:?}");
+    // `running` is what `status` says while a tick runs; review says what the state says.
+    assert!(
+        text.stdout.starts_with("loop w: not halted, iteration 2\n"),
+        "{}",
+        text.stdout
+    );
     for want in [
         "branch   loopflow/w (lands into main)",
         "commits  2",

@@ -826,6 +826,13 @@ fn halt_gate_can_continue_and_transition() {
     let r = p.lf(&["transition", "--loop", "l", "--to", "review"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(p.state("l")["current_phase"], "review");
+    // A phase the loop does not run in parks it, typo or not: the command says so.
+    assert!(
+        r.stdout.contains(
+            "note: `review` is not in brakes.run_phases [implement]: its ticks skip (`phase:review`) until `loopflow transition --loop l --to implement`"
+        ),
+        "{r:?}"
+    );
     assert_eq!(p.lf(&["can-continue", "--loop", "l"]).code, 1);
     let r = p.lf(&["run", "--loop", "l"]);
     assert_eq!(r.code, 0, "{r:?}");
