@@ -235,8 +235,9 @@ pub fn transition(project: &Path, a: TransitionArgs) -> i32 {
                 out::printable(&a.to)
             );
             // Phases are free-form, so a typo parks the loop as surely as a decision does:
-            // say which one this is.
-            if let Ok(cfg) = config(&paths, project)
+            // say which one this is (quietly: a loop.toml that does not load is `check`'s
+            // to report, not this command's).
+            if let Ok(cfg) = crate::load::config(&paths, project)
                 && !cfg.brakes.run_phases.contains(&a.to)
             {
                 outln!(
