@@ -117,6 +117,20 @@ fn backlog_takes_topmost_item_and_advances_when_checked_off() {
         "{g:?}"
     );
     assert_eq!(p.run_json("b", &[]).json()["reason"], "no_current_task");
+    // ... and so does the log, where a scheduled loop's human looks: nothing left to do
+    // is a plain SKIP, a file that is not there a WARN naming it first.
+    let ev = p.events("b");
+    let (warn, skip) = (&ev[ev.len() - 2], &ev[ev.len() - 1]);
+    assert_eq!(skip, "SKIP reason=no_current_task", "{ev:?}");
+    assert!(
+        warn.starts_with("WARN msg=\"work source unreadable: backlog ")
+            && warn.contains("BACKLOG.md"),
+        "{ev:?}"
+    );
+    assert!(
+        !ev[ev.len() - 4].starts_with("WARN"),
+        "an empty backlog is not unreadable: {ev:?}"
+    );
 }
 
 #[test]
