@@ -356,15 +356,39 @@ fn relink(paths: &LoopPaths) -> Result<bool, RestoreError> {
         "rev-parse",
     )?;
     let common = crate::git::path_of(common.trim_ascii_end());
-    let Some(id) = old.file_name() else {
+    // The file is the agent's to write, so its id is checked to be one plain name, and the
+    // record of that id here must be about this loop's worktree (its `gitdir` names
+    // `…/.loopflow/loops/<name>/worktree/.git`, wherever the first checkout was).
+    let Some(id) = old
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| {
+            n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        })
+        .filter(|n| !n.starts_with('.'))
+    else {
         return Ok(false);
     };
     let admin = common.join("worktrees").join(id);
-    if old == admin || old.starts_with(&common) || !admin.join("HEAD").is_file() {
+    let ours = format!("/.loopflow/loops/{}/worktree/.git", paths.name);
+    let about_this_loop = crate::fs_safe::head(&admin.join("gitdir"), 4096)
+        .is_ok_and(|g| g.trim_ascii_end().ends_with(ours.as_bytes()));
+    if old == admin || old.starts_with(&common) || !about_this_loop {
         return Ok(false);
     }
+    // Created new (O_EXCL: never through a link planted under that name), then renamed
+    // over `.git`.
     let tmp = paths.worktree.join(".git.loopflow-relink");
-    std::fs::write(&tmp, format!("gitdir: {}\n", admin.display()))
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(format!("gitdir: {}\n", admin.display()).as_bytes())
+        })
         .and_then(|()| std::fs::rename(&tmp, &dotgit))
         .map_err(|source| RestoreError::Relink {
             path: dotgit.clone(),

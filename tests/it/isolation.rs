@@ -83,8 +83,13 @@ fn a_copied_or_moved_project_never_runs_agents_in_the_first_checkouts_worktree()
     assert_eq!(g.code, 1, "{g:?}");
     assert!(g.stdout.contains("not ok (worktree_elsewhere)"), "{g:?}");
 
+    // restore rewrites the worktree's `.git`, a file in the agents' reach: a link planted
+    // at its temporary name must not carry that write anywhere.
+    let victim = q.write("victim.txt", "mine\n");
+    std::os::unix::fs::symlink(&victim, q.worktree("w").join(".git.loopflow-relink")).unwrap();
     let r = q.lf(&["worktree", "restore", "--loop", "w"]);
     assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine\n");
     assert_eq!(
         records(&p),
         original,
