@@ -182,7 +182,9 @@ impl LoopPaths {
         }
         Err(StateError::Foreign {
             path: self.state.clone(),
-            named: state.name.clone(),
+            // The file's text, printed to a terminal: escaped like everything a loop's
+            // files say (a loop's own name is checked when it is made; this one was not).
+            named: crate::out::printable(&state.name).into_owned(),
             dir: self.name.clone(),
         })
     }

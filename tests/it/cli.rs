@@ -649,6 +649,28 @@ fn a_copied_loop_directory_is_named_by_its_directory_and_ticks_only_once_started
     let r = p.lf(&["status"]);
     assert!(!r.stdout.contains("note: m:"), "{r:?}");
     assert_eq!(names(&p), ["l", "m"]);
+
+    // The name a foreign state file carries is its text, escaped before it is printed.
+    let cp = Command::new("cp")
+        .arg("-r")
+        .arg(&from)
+        .arg(p.loop_dir("n"))
+        .status();
+    assert!(cp.is_ok_and(|s| s.success()));
+    let st = p.loop_dir("n").join(".state.loop");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    v["name"] = "x\u{1b}]0;pwned\u{7}".into();
+    std::fs::write(&st, v.to_string()).unwrap();
+    for r in [p.lf(&["run", "--loop", "n"]), p.lf(&["status"])] {
+        assert!(
+            !r.stdout.contains('\u{1b}') && !r.stderr.contains('\u{1b}'),
+            "{r:?}"
+        );
+        assert!(
+            (r.stdout.clone() + &r.stderr).contains("x\\u{1b}]0;pwned\\u{7}"),
+            "{r:?}"
+        );
+    }
 }
 
 // ---- display safety -----------------------------------------------------------------------
