@@ -1,8 +1,6 @@
 //! The gate (DESIGN §6): every brake evaluated in order, shared by the `gate` node,
 //! `loopflow gate` and `loopflow can-continue`, so all three always agree.
 
-use std::path::Path;
-
 use serde::Serialize;
 
 use crate::config::LoopConfig;
@@ -184,11 +182,33 @@ pub fn evaluate(
         },
     );
 
-    let task = work.current();
-    let (task_ok, task_detail, task) = match task {
-        Ok(Some(t)) => (true, format!("{} (from {})", t.id, t.source), Some(t)),
-        Ok(None) => (false, "no current task".to_string(), None),
-        Err(e) => (false, format!("work source unreadable: {e}"), None),
+    // The worktree before the work source: an audit command runs in the worktree, and one
+    // that is another checkout's is not run at all.
+    let place = config
+        .worktree
+        .then(|| crate::worktree::place(paths, state));
+    if let Some(crate::worktree::Place::Elsewhere { recorded, own }) = &place {
+        decide(
+            GateVerdict::Skip(SkipReason::WorktreeElsewhere),
+            &mut checks,
+            Check {
+                name: "worktree",
+                ok: false,
+                detail: crate::worktree::elsewhere(recorded, own, &paths.name),
+            },
+        );
+    }
+    let (task_ok, task_detail, task) = match &place {
+        Some(crate::worktree::Place::Elsewhere { .. }) => (
+            false,
+            "not read: the loop's worktree is another checkout's".to_string(),
+            None,
+        ),
+        _ => match work.current() {
+            Ok(Some(t)) => (true, format!("{} (from {})", t.id, t.source), Some(t)),
+            Ok(None) => (false, "no current task".to_string(), None),
+            Err(e) => (false, format!("work source unreadable: {e}"), None),
+        },
     };
     decide(
         GateVerdict::Skip(SkipReason::NoCurrentTask),
@@ -215,40 +235,29 @@ pub fn evaluate(
         },
     );
 
-    let (wt_skip, wt_ok, wt_detail) = match config
-        .worktree
-        .then(|| crate::worktree::place(paths, state))
-    {
-        None => (
-            SkipReason::WorktreeMissing,
-            true,
-            "worktree disabled".to_string(),
-        ),
-        Some(crate::worktree::Place::Own(path)) => (
-            SkipReason::WorktreeMissing,
-            true,
-            format!("worktree at {}", path.display()),
-        ),
-        Some(crate::worktree::Place::Missing(path)) => (
-            SkipReason::WorktreeMissing,
+    let worktree = match place {
+        None => Some((true, "worktree disabled".to_string())),
+        Some(crate::worktree::Place::Own(path)) => {
+            Some((true, format!("worktree at {}", path.display())))
+        }
+        Some(crate::worktree::Place::Missing(path)) => Some((
             false,
             format!("worktree configured but missing at {}", path.display()),
-        ),
-        Some(crate::worktree::Place::Elsewhere { recorded, own }) => (
-            SkipReason::WorktreeElsewhere,
-            false,
-            elsewhere(&recorded, &own, &paths.name),
-        ),
+        )),
+        // Checked above, before the work source.
+        Some(crate::worktree::Place::Elsewhere { .. }) => None,
     };
-    decide(
-        GateVerdict::Skip(wt_skip),
-        &mut checks,
-        Check {
-            name: "worktree",
-            ok: wt_ok,
-            detail: wt_detail,
-        },
-    );
+    if let Some((ok, detail)) = worktree {
+        decide(
+            GateVerdict::Skip(SkipReason::WorktreeMissing),
+            &mut checks,
+            Check {
+                name: "worktree",
+                ok,
+                detail,
+            },
+        );
+    }
 
     let (ok, reason) = match &verdict {
         GateVerdict::Pass => (true, None),
@@ -262,16 +271,6 @@ pub fn evaluate(
         verdict,
         task,
     }
-}
-
-/// What a human does about a state that names a worktree outside the loop (the gate's
-/// detail and the tick's `WARN`).
-pub fn elsewhere(recorded: &Path, own: &Path, name: &str) -> String {
-    format!(
-        "the state names the worktree {}, not this loop's {} (the project was copied or moved with its loops); no agent runs in another checkout: `loopflow worktree restore --loop {name}` points the loop at its own",
-        recorded.display(),
-        own.display(),
-    )
 }
 
 #[cfg(test)]

@@ -243,7 +243,14 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
         ))
     })?;
     let paths = LoopPaths::new(project, o.name);
-    crate::state::text_path(&paths.dir).map_err(|e| CreateError::Io(e.to_string()))?;
+    // The path as the loop records it too (resolved: a UTF-8 link to an odd directory).
+    crate::state::text_path(&paths.dir)
+        .and_then(|()| {
+            project
+                .canonicalize()
+                .map_or(Ok(()), |p| crate::state::text_path(&p))
+        })
+        .map_err(|e| CreateError::Io(e.to_string()))?;
     if adoptable(&paths) {
         return adopt(project, o, paths);
     }

@@ -43,7 +43,7 @@ pub enum WorktreeError {
         source: std::io::Error,
     },
     #[error(
-        "{} is not a worktree of the repository at {} (run `git worktree repair {0}` from the project, or move it aside and `loopflow worktree restore --loop {loop_name}`)",
+        "{} is not a worktree of the repository at {} (`loopflow worktree restore --loop {loop_name}` relinks a copied or moved one; not `git worktree repair`, which in a copied project rewrites the original's records)",
         work_tree.display(),
         common.display()
     )]
@@ -53,11 +53,15 @@ pub enum WorktreeError {
         loop_name: String,
     },
     #[error(
-        "{}/.git no longer points at {} (run `git worktree repair {0}` from the project to point it back)",
+        "{}/.git no longer points at {} (`loopflow worktree restore --loop {loop_name}` points it back where it is a copied or moved one; an agent's rewrite of `.git` is undone by `git worktree repair {0}` run in this project)",
         work_tree.display(),
         admin.display()
     )]
-    Repointed { work_tree: PathBuf, admin: PathBuf },
+    Repointed {
+        work_tree: PathBuf,
+        admin: PathBuf,
+        loop_name: String,
+    },
     #[error(
         "HEAD is {head}, not {branch} (switch back with `git -C {} switch {}`, after looking at what is there)",
         work_tree.display(),
@@ -304,6 +308,7 @@ impl Linked {
             return Err(WorktreeError::Repointed {
                 work_tree: work_tree.to_path_buf(),
                 admin,
+                loop_name: loop_of(branch),
             });
         }
         let head =

@@ -52,6 +52,9 @@ pub enum LandError {
     Git(#[from] GitError),
     #[error(transparent)]
     State(#[from] StateError),
+    /// The state is another loop's, or names another checkout's worktree.
+    #[error("refused: {0}")]
+    Elsewhere(String),
 }
 
 fn indent(lines: &[String]) -> String {
@@ -148,6 +151,9 @@ fn prelude(paths: &LoopPaths, verb: &'static str) -> Result<(TickLock, String, S
 /// commit), then logs `LAND`.
 pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, LandError> {
     let (_lock, br, head_before) = prelude(paths, "land")?;
+    // Before the merge: after it, the loop's worktree is moved onto the new HEAD, and a
+    // worktree that is another checkout's must not be.
+    crate::worktree::checked(paths, state).map_err(LandError::Elsewhere)?;
     let project = &paths.project;
     let into = current_branch(project).ok_or(LandError::Detached)?;
     if into == br {
@@ -259,7 +265,7 @@ fn squash_message(project: &Path, br: &str, title: &str) -> String {
 /// Moves the loop's branch (and its worktree, when it has one) to `to`, keeping
 /// uncommitted work in the worktree (`reset --keep` refuses rather than lose it).
 fn rebase_branch(paths: &LoopPaths, state: &State, to: &str) -> Result<(), String> {
-    let wt = crate::worktree::dir(paths, state);
+    let wt = crate::worktree::checked(paths, state)?;
     let br = branch(&paths.name);
     let out = if wt.is_dir() {
         git(&wt, &["reset", "--quiet", "--keep", to])
@@ -298,7 +304,7 @@ pub struct Discard {
 pub fn discard(paths: &LoopPaths, state: &State, yes: bool) -> Result<Discard, LandError> {
     let (_lock, br, to) = prelude(paths, "discard")?;
     let project = &paths.project;
-    let wt = crate::worktree::dir(paths, state);
+    let wt = crate::worktree::checked(paths, state).map_err(LandError::Elsewhere)?;
     let worktree = wt.is_dir().then_some(wt);
     let mut d = Discard {
         commits: count_range(project, &format!("HEAD..{br}")).unwrap_or(0),

@@ -316,7 +316,7 @@ fn fill_git(r: &mut Review, paths: &LoopPaths, state: &State, patch: bool) -> Re
         &format!("refs/heads/{br}"),
     ) {
         Some(tip) => {
-            let wt = crate::worktree::dir(paths, state);
+            let wt = crate::worktree::checked(paths, state)?;
             r.branch = Some(br.clone());
             r.worktree = wt.is_dir().then(|| wt.display().to_string());
             let mb = text_of(project, &["merge-base", "HEAD", &tip], "merge-base")

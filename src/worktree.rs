@@ -45,7 +45,18 @@ pub fn place(paths: &LoopPaths, state: &State) -> Place {
         std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
     };
     match (id(&recorded), id(&paths.worktree)) {
-        (Some(a), Some(b)) if a == b && recorded.join(".git").exists() => Place::Own(recorded),
+        (Some(a), Some(b)) if a == b && recorded.join(".git").exists() => {
+            if linked_here(&paths.project, &recorded) {
+                Place::Own(recorded)
+            } else {
+                // The loop's own directory, but a copied worktree: its `.git` still
+                // names the first checkout's record, where git would do its work.
+                Place::Elsewhere {
+                    recorded: git_dir_of(&recorded).unwrap_or(recorded),
+                    own: paths.worktree.clone(),
+                }
+            }
+        }
         (Some(a), Some(b)) if a == b => Place::Missing(recorded),
         (None, None) => Place::Missing(recorded),
         _ => Place::Elsewhere {
@@ -53,6 +64,64 @@ pub fn place(paths: &LoopPaths, state: &State) -> Place {
             own: paths.worktree.clone(),
         },
     }
+}
+
+/// The record a linked worktree's `.git` file names (`gitdir: …`, relative to the worktree
+/// when git wrote it so), if it is such a file.
+fn git_dir_of(wt: &Path) -> Option<PathBuf> {
+    let text = crate::fs_safe::head(&wt.join(".git"), 4096).ok()?;
+    let named = std::str::from_utf8(&text)
+        .ok()?
+        .trim_end()
+        .strip_prefix("gitdir: ")?;
+    Some(wt.join(named))
+}
+
+/// Whether the worktree's `.git` file names a record in this project's repository (the
+/// `.git` directory found upward from the project). A copied worktree's names the first
+/// checkout's record, a moved one's a record that is gone. Where it cannot be told (a
+/// `.git` directory in the worktree, a project inside a linked worktree) it counts as
+/// here: `git-commit` checks the rest before it commits.
+fn linked_here(project: &Path, wt: &Path) -> bool {
+    let Some(named) = git_dir_of(wt) else {
+        return true;
+    };
+    let Some(dotgit) = project
+        .ancestors()
+        .map(|a| a.join(".git"))
+        .find(|d| d.symlink_metadata().is_ok())
+    else {
+        return true;
+    };
+    if !dotgit.is_dir() {
+        return true;
+    }
+    match (named.canonicalize(), dotgit.canonicalize()) {
+        (Ok(named), Ok(common)) => named.starts_with(common.join("worktrees")),
+        (Err(_), _) => false,
+        (Ok(_), Err(_)) => true,
+    }
+}
+
+/// The loop's worktree for a command that reads or changes it (`review`, `land`,
+/// `discard`): refused when the state is another loop's, or names another checkout's
+/// worktree — git would run there.
+pub fn checked(paths: &LoopPaths, state: &State) -> Result<PathBuf, String> {
+    paths.owns(state).map_err(|e| e.to_string())?;
+    match place(paths, state) {
+        Place::Elsewhere { recorded, own } => Err(elsewhere(&recorded, &own, &paths.name)),
+        Place::Own(p) | Place::Missing(p) => Ok(p),
+    }
+}
+
+/// What a human does about a state that names a worktree outside the loop (the gate's
+/// detail, the tick's `WARN`, the refusal of `review`, `land` and `discard`).
+pub fn elsewhere(recorded: &Path, own: &Path, name: &str) -> String {
+    format!(
+        "the loop's worktree is {}, not this loop's {} (the project was copied or moved with its loops); nothing runs in another checkout: `loopflow worktree restore --loop {name}` points the loop at its own",
+        recorded.display(),
+        own.display(),
+    )
 }
 
 /// One worktree git knows about.
@@ -308,6 +377,11 @@ pub enum RestoreError {
     Busy(String),
     #[error("{} exists and is not a git worktree; move it away, then run restore again", .0.display())]
     InTheWay(PathBuf),
+    #[error(
+        "{} is a symlink: a loop's worktree is a directory of its own; remove the link, then run restore again",
+        .0.display()
+    )]
+    Symlink(PathBuf),
     #[error("{}: {source}", path.display())]
     Relink {
         path: PathBuf,
@@ -348,14 +422,7 @@ fn relink(paths: &LoopPaths) -> Result<bool, RestoreError> {
     else {
         return Ok(false);
     };
-    let common = ok(
-        git(
-            &paths.project,
-            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-        )?,
-        "rev-parse",
-    )?;
-    let common = crate::git::path_of(common.trim_ascii_end());
+    let common = common_dir(&paths.project)?;
     // The file is the agent's to write, so its id is checked to be one plain name, and the
     // record of that id here must be about this loop's worktree (its `gitdir` names
     // `…/.loopflow/loops/<name>/worktree/.git`, wherever the first checkout was).
@@ -402,6 +469,53 @@ fn relink(paths: &LoopPaths) -> Result<bool, RestoreError> {
     Ok(true)
 }
 
+/// This repository's absolute common directory (`.git` of the main checkout).
+fn common_dir(project: &Path) -> Result<PathBuf, GitError> {
+    let out = ok(
+        git(
+            project,
+            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        )?,
+        "rev-parse",
+    )?;
+    Ok(crate::git::path_of(out.trim_ascii_end()))
+}
+
+/// A copied project's records of the first checkout's worktree of this loop: `worktree
+/// prune` keeps one while that path exists, and `worktree add` then refuses the branch
+/// ("already used by worktree at …"). Removes, from this repository only, each record
+/// naming this loop's place in another project whose worktree does not name it back —
+/// a worktree that does is a live one of this repository and stays.
+fn drop_copied_records(paths: &LoopPaths) -> Result<(), RestoreError> {
+    let records = common_dir(&paths.project)?.join("worktrees");
+    let Ok(entries) = std::fs::read_dir(&records) else {
+        return Ok(());
+    };
+    let suffix = format!("/.loopflow/loops/{}/worktree/.git", paths.name);
+    let own = paths.worktree.join(".git");
+    for rec in entries.flatten().map(|e| e.path()) {
+        let Ok(named) = crate::fs_safe::head(&rec.join("gitdir"), 4096) else {
+            continue;
+        };
+        let named = crate::git::path_of(named.trim_ascii_end());
+        if !named.to_string_lossy().ends_with(&suffix) || named == own {
+            continue;
+        }
+        let named_back = named
+            .parent()
+            .and_then(git_dir_of)
+            .and_then(|g| g.canonicalize().ok())
+            .is_some_and(|g| rec.canonicalize().is_ok_and(|r| r == g));
+        if !named_back {
+            std::fs::remove_dir_all(&rec).map_err(|source| RestoreError::Relink {
+                path: rec.clone(),
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// Re-creates a loop's worktree at `.loopflow/loops/<name>/worktree` on `loopflow/<name>`
 /// (the branch if it exists, else a new one from HEAD) and points the state's
 /// `worktree_path` at it. Holds the tick lock, so no tick runs meanwhile.
@@ -411,6 +525,11 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
         .ok_or_else(|| RestoreError::Busy(paths.name.clone()))?;
     let state = paths.load()?;
     paths.owns(&state)?;
+    // Restore writes in the worktree and records where it is: only ever the loop's own
+    // directory, never where a link planted in its place points.
+    if std::fs::symlink_metadata(&paths.worktree).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(RestoreError::Symlink(paths.worktree.clone()));
+    }
     let branch = format!("loopflow/{}", paths.name);
     let known = list(&paths.project)?;
     let registered = |p: &Path| {
@@ -463,6 +582,7 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
         git(&paths.project, &["worktree", "prune"])?,
         "worktree prune",
     )?;
+    drop_copied_records(paths)?;
     let branch_existed = git(
         &paths.project,
         &[

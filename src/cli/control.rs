@@ -76,6 +76,10 @@ pub struct CanEditArgs {
 /// The gate's report for a loop, or the exit code of why it cannot be evaluated.
 fn evaluate_gate(project: &Path, name: &str) -> Result<crate::brakes::GateReport, i32> {
     let (paths, state) = open(project, name)?;
+    // What `run` refuses, `gate` and `can-continue` do not pass.
+    paths
+        .owns(&state)
+        .map_err(|e| report(&RunError::State(e)))?;
     let cfg = config(&paths, project)?;
     let work = crate::work_source::WorkSourceReader::new(&cfg, &state, &paths, false);
     Ok(crate::brakes::evaluate(&cfg, &state, &paths, &work))
@@ -240,16 +244,19 @@ pub fn transition(project: &Path, a: TransitionArgs) -> i32 {
             if let Ok(cfg) = crate::load::config(&paths, project)
                 && !cfg.brakes.run_phases.contains(&a.to)
             {
+                let runs = out::printable(&cfg.brakes.run_phases.join(", ")).into_owned();
+                let back = match cfg.brakes.run_phases.first() {
+                    Some(p) => format!(
+                        "until `loopflow transition --loop {} --to {}`",
+                        a.loop_name,
+                        out::printable(p)
+                    ),
+                    None => "whatever the phase (run_phases is empty)".to_string(),
+                };
                 outln!(
-                    "note: `{}` is not in brakes.run_phases [{}]: its ticks skip (`phase:{}`) until `loopflow transition --loop {} --to {}`",
+                    "note: `{}` is not in brakes.run_phases [{runs}]: its ticks skip (`phase:{}`) {back}",
                     out::printable(&a.to),
-                    cfg.brakes.run_phases.join(", "),
                     out::printable(&a.to),
-                    a.loop_name,
-                    cfg.brakes
-                        .run_phases
-                        .first()
-                        .map_or("PHASE", String::as_str)
                 );
             }
             exit::OK

@@ -213,7 +213,18 @@ pub fn demo(a: DemoArgs) -> i32 {
     for line in super::status::status_table(row.as_slice(), &[]).lines() {
         say(format!("  {line}"));
     }
-    let halted = paths.load().is_ok_and(|s| s.halt.is_some());
+    // Only the brakes the demo is built to reach: a halt for a broken verdict, a refused
+    // sandbox or anything else a human must look into is the demo failing too.
+    let halted = paths.load().is_ok_and(|s| {
+        s.halt.as_ref().is_some_and(|h| {
+            matches!(
+                h.reason,
+                HaltReason::VerifierFailed(VerifierFailure::ScorePlateau)
+                    | HaltReason::GoalMet
+                    | HaltReason::IterationsExhausted
+            )
+        })
+    });
     if !halted {
         // The demo is the first thing a newcomer runs: a loop that aborted (its agent
         // failed) is the demo failing, said as such, never dressed up as a halt.
@@ -221,7 +232,7 @@ pub fn demo(a: DemoArgs) -> i32 {
             .last()
             .map_or_else(|| "no tick ran".to_string(), |s| s.human());
         eprintln!(
-            "error: the demo's loop did not reach a halt ({last}); what its agent said is in {}",
+            "error: the demo's loop did not stop on one of its brakes ({last}); what its agent said is in {}",
             paths.outputs.display()
         );
         if a.json {

@@ -66,6 +66,12 @@ pub fn review(project: &Path, a: ReviewArgs) -> i32 {
         Ok(x) => x,
         Err(c) => return c,
     };
+    // Another loop's state, or another checkout's worktree: what review would show is not
+    // this loop's work (and git would read that checkout's index).
+    if let Err(e) = crate::worktree::checked(&paths, &state) {
+        eprintln!("error: {}", crate::out::printable(&e));
+        return exit::STATE;
+    }
     let r = crate::review::review(&paths, &state, a.patch);
     if a.json {
         let doc = crate::out::json(&crate::review::to_json(&r), true);

@@ -136,7 +136,7 @@ pub enum StateError {
         source: io::Error,
     },
     #[error(
-        "{path}: this state file is loop `{named}`'s, not `{dir}`'s: the loop directory was copied or renamed with it\n  a tick would carry `{named}`'s iterations, spend, approvals and worktree into `{dir}`, so none runs; rename the directory back to `{named}`, or start `{dir}` fresh: remove its .state.loop and .state.log (and its worktree/, a copy of `{named}`'s, if it has one), then `loopflow create --loop {dir}` starts the loop.toml there as it is"
+        "{path}: this state file is loop `{named}`'s, not `{dir}`'s: the loop directory was copied or renamed with it\n  a tick would carry `{named}`'s iterations, spend, approvals and worktree into `{dir}`, so none runs; if you renamed it, rename it back to `{named}`; if you copied it, start `{dir}` fresh: remove its .state.loop, .state.log, .schedule.json and worktree/ (copies of `{named}`'s, where it has them), then `loopflow create --loop {dir}` starts the loop.toml there as it is"
     )]
     Foreign {
         path: PathBuf,

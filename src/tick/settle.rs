@@ -135,10 +135,6 @@ impl Tick<'_> {
                 {
                     paths.log(Event::Warn, &[LogArg::Kv("msg", c.detail.clone())])?;
                 }
-                if reason == SkipReason::WorktreeElsewhere {
-                    let msg = crate::brakes::elsewhere(self.cwd, &paths.worktree, &paths.name);
-                    paths.log(Event::Warn, &[LogArg::Kv("msg", msg)])?;
-                }
                 skip(paths, &reason)?;
                 summary.outcome = Outcome::Skip;
                 summary.reason = Some(reason.to_string());

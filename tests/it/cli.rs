@@ -585,8 +585,8 @@ fn the_gate_node_reports_how_it_ended_the_tick() {
 }
 
 /// A loop is its directory: one copied with its state file (`cp -r loops/l loops/m`, to
-/// start a second loop like the first) is `m` everywhere — status, the gate's advice of
-/// whom to approve — never the `l` its copied state still names; and it does not tick on
+/// start a second loop like the first) is `m` everywhere — status and its rows — never the
+/// `l` its copied state still names; the gate refuses it as run does, and it does not tick on
 /// `l`'s history (nor in `l`'s worktree) until it is started fresh, as the refusal says.
 #[test]
 fn a_copied_loop_directory_is_named_by_its_directory_and_ticks_only_once_started() {
@@ -632,11 +632,19 @@ fn a_copied_loop_directory_is_named_by_its_directory_and_ticks_only_once_started
             .contains("note: m: its state file is loop `l`'s (the directory was copied"),
         "{r:?}"
     );
-    let r = p.lf(&["gate", "--loop", "m"]);
-    assert!(
-        r.stdout.contains("(run `loopflow approve --loop m`)"),
-        "the gate names the halted loop, not the one its state was copied from: {r:?}"
-    );
+    // The gate and can-continue refuse what run refuses (and never advise approving `l`).
+    for r in [
+        p.lf(&["gate", "--loop", "m"]),
+        p.lf(&["can-continue", "--loop", "m"]),
+    ] {
+        assert_eq!(r.code, 4, "{r:?}");
+        assert!(
+            r.stderr
+                .contains("this state file is loop `l`'s, not `m`'s")
+                && !r.stdout.contains("approve --loop l"),
+            "{r:?}"
+        );
+    }
 
     // What the refusal says to do.
     std::fs::remove_file(to.join(".state.loop")).unwrap();

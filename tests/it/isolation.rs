@@ -66,12 +66,48 @@ fn a_copied_or_moved_project_never_runs_agents_in_the_first_checkouts_worktree()
     };
     let original = records(&p);
 
+    // What a tick of the original left for its human, where a tick empties it.
+    let kept = p.worktree("w").join(".loopflow-out/w/kept.json");
+    std::fs::write(&kept, "{}").unwrap();
     let q = copy_project(&p);
+    // The copy's loop reads its tasks from an audit command, which runs in the worktree.
+    let audit = q.script("audit.sh", "touch AUDIT_RAN_HERE; echo the-task");
+    let toml = std::fs::read_to_string(q.loop_dir("w").join("loop.toml")).unwrap();
+    std::fs::write(
+        q.loop_dir("w").join("loop.toml"),
+        format!(
+            "{toml}\n[work_source]\nkind = \"audit\"\ncommand = [\"{}\"]\n",
+            audit.display()
+        ),
+    )
+    .unwrap();
     let calls = p.read("calls.log");
     let r = q.lf(&["run", "--loop", "w", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
     assert_eq!(p.read("calls.log"), calls, "an agent ran");
+    assert!(
+        kept.is_file(),
+        "the copy's tick emptied the original's outputs"
+    );
+    for r in [
+        q.lf(&["gate", "--loop", "w"]),
+        q.lf(&["can-continue", "--loop", "w"]),
+        q.lf(&["discard", "--loop", "w", "--yes"]),
+        q.lf(&["review", "--loop", "w"]),
+    ] {
+        assert_ne!(r.code, 0, "{r:?}");
+    }
+    assert!(
+        !p.worktree("w").join("AUDIT_RAN_HERE").exists(),
+        "the audit ran in the original"
+    );
+    assert!(!q.worktree("w").join("AUDIT_RAN_HERE").exists());
+    assert_eq!(
+        records(&p),
+        original,
+        "discard or review touched the original"
+    );
     assert!(
         q.events("w").iter().any(|e| e.starts_with("WARN ")
             && e.contains(&w.display().to_string())
@@ -82,6 +118,36 @@ fn a_copied_or_moved_project_never_runs_agents_in_the_first_checkouts_worktree()
     let g = q.lf(&["gate", "--loop", "w"]);
     assert_eq!(g.code, 1, "{g:?}");
     assert!(g.stdout.contains("not ok (worktree_elsewhere)"), "{g:?}");
+
+    // A state without a recorded path (older loopflow, or `null` by hand) resolves to the
+    // copy's own directory, whose copied `.git` still names the original's record.
+    let q2 = copy_project(&p);
+    let st = q2.loop_dir("w").join(".state.loop");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    v["worktree_path"] = serde_json::Value::Null;
+    std::fs::write(&st, v.to_string()).unwrap();
+    let r = q2.lf(&["run", "--loop", "w", "--json"]);
+    assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
+    assert_eq!(p.read("calls.log"), calls, "an agent ran");
+
+    // A copy without the worktree directory (copied with excludes, or moved away): git's
+    // copied record of the original keeps the branch "in use" until restore drops it —
+    // from the copy's repository only.
+    let q3 = copy_project(&p);
+    std::fs::remove_dir_all(q3.worktree("w")).unwrap();
+    let r = q3.lf(&["worktree", "restore", "--loop", "w"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        records(&p),
+        original,
+        "the first checkout's records were rewritten"
+    );
+    let g = q3.lf(&["gate", "--loop", "w"]);
+    assert!(
+        g.stdout.contains("ok  worktree       worktree at "),
+        "{g:?}"
+    );
 
     // restore rewrites the worktree's `.git`, a file in the agents' reach: a link planted
     // at its temporary name must not carry that write anywhere.
@@ -133,6 +199,14 @@ fn a_copied_or_moved_project_never_runs_agents_in_the_first_checkouts_worktree()
     std::fs::remove_dir(moved.path()).unwrap();
     std::fs::rename(q.path(), moved.path()).unwrap();
     std::fs::create_dir(q.path()).unwrap();
+    let toml = moved.loop_dir("w").join("loop.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    let moved_audit = moved.join("audit.sh").display().to_string();
+    std::fs::write(
+        &toml,
+        text.replace(&audit.display().to_string(), &moved_audit),
+    )
+    .unwrap();
     let r = moved.lf(&["run", "--loop", "w", "--json"]);
     assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
     assert_eq!(moved.lf(&["worktree", "restore", "--loop", "w"]).code, 0);
@@ -158,7 +232,7 @@ fn a_copied_worktree_loop_starts_fresh_in_a_worktree_of_its_own() {
     let before = p.git_cmd(&["worktree", "list", "--porcelain"]);
     let r = p.lf(&["run", "--loop", "c"]);
     assert_eq!(r.code, 4, "{r:?}");
-    assert!(r.stderr.contains("its worktree/, a copy of `w`'s"), "{r:?}");
+    assert!(r.stderr.contains("worktree/ (copies of `w`'s"), "{r:?}");
     assert!(!p.join("calls.log").exists(), "an agent ran");
 
     for f in [".state.loop", ".state.log"] {

@@ -523,6 +523,17 @@ fn a_project_path_that_is_not_utf8_is_refused_up_front() {
     let r = crate::support::Run::of(&mut c);
     assert_eq!(r.code, 4, "{r:?}");
     assert!(r.stderr.contains("is not valid UTF-8"), "{r:?}");
+    // Through a link whose own name is UTF-8: the path the loop would record is not.
+    let link = p.join("link");
+    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    let mut c = crate::support::loopflow(p.path());
+    c.arg("--project")
+        .arg(&link)
+        .args(["create", "--loop", "l", "--task", "t"]);
+    let r = crate::support::Run::of(&mut c);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("is not valid UTF-8"), "{r:?}");
+    std::fs::remove_file(&link).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 
     // A loop made where the path was UTF-8, its project then moved.

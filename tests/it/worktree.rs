@@ -118,6 +118,22 @@ fn restore_refuses_what_it_cannot_do() {
         std::fs::read_to_string(p.worktree("l").join("keep.txt")).unwrap(),
         "mine"
     );
+    // A link planted where the worktree goes: restore neither writes where it points nor
+    // records that place as the loop's worktree.
+    std::fs::remove_dir_all(p.worktree("l")).unwrap();
+    let outside = p.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join(".git"), "gitdir: /nowhere/worktree\n").unwrap();
+    std::os::unix::fs::symlink(&outside, p.worktree("l")).unwrap();
+    let before = p.state("l")["worktree_path"].clone();
+    let r = p.lf(&["worktree", "restore", "--loop", "l"]);
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("is a symlink"), "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(outside.join(".git")).unwrap(),
+        "gitdir: /nowhere/worktree\n"
+    );
+    assert_eq!(p.state("l")["worktree_path"], before);
     // A loop without a worktree has nothing to restore.
     assert_eq!(p.lf(&["create", "--loop", "flat", "--no-worktree"]).code, 0);
     let r = p.lf(&["worktree", "restore", "--loop", "flat"]);
