@@ -187,19 +187,20 @@ pub fn evaluate(
     let place = config
         .worktree
         .then(|| crate::worktree::place(paths, state));
-    if let Some(crate::worktree::Place::Elsewhere { recorded, own }) = &place {
+    let refusal = place.as_ref().and_then(|p| p.refusal(&paths.name));
+    if let Some(why) = &refusal {
         decide(
             GateVerdict::Skip(SkipReason::WorktreeElsewhere),
             &mut checks,
             Check {
                 name: "worktree",
                 ok: false,
-                detail: crate::worktree::elsewhere(recorded, own, &paths.name),
+                detail: why.clone(),
             },
         );
     }
-    let (task_ok, task_detail, task) = match &place {
-        Some(crate::worktree::Place::Elsewhere { .. }) => (
+    let (task_ok, task_detail, task) = match &refusal {
+        Some(_) => (
             false,
             "not read: the loop's worktree is another checkout's".to_string(),
             None,
@@ -245,7 +246,9 @@ pub fn evaluate(
             format!("worktree configured but missing at {}", path.display()),
         )),
         // Checked above, before the work source.
-        Some(crate::worktree::Place::Elsewhere { .. }) => None,
+        Some(
+            crate::worktree::Place::Elsewhere { .. } | crate::worktree::Place::Unlinked { .. },
+        ) => None,
     };
     if let Some((ok, detail)) = worktree {
         decide(

@@ -26,18 +26,54 @@ pub fn dir(paths: &LoopPaths, state: &State) -> PathBuf {
 /// Where a loop's state says its worktree is, against the loop's own directory for it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Place {
-    /// `.loopflow/loops/<name>/worktree`, a git worktree (its `.git` is there).
+    /// `.loopflow/loops/<name>/worktree`, a linked worktree whose record names it back.
     Own(PathBuf),
     /// Neither is there: removed (`worktree restore` makes it again).
     Missing(PathBuf),
     /// Somewhere else: the project was copied or moved with its loops, and the state still
     /// names the worktree of the old place — another checkout's, if it is still there.
     Elsewhere { recorded: PathBuf, own: PathBuf },
+    /// The loop's own directory, but its `.git` names a record that does not name it back
+    /// (a copied worktree: the first checkout's record; a moved one: a record that is
+    /// gone), or is no linked worktree's file at all. Git run there would work elsewhere.
+    Unlinked {
+        own: PathBuf,
+        named: Option<PathBuf>,
+    },
+}
+
+impl Place {
+    /// Why nothing may run in this worktree, and what a human does about it: `None` for a
+    /// worktree of the loop's own (or one that is missing, which has its own skip).
+    pub fn refusal(&self, name: &str) -> Option<String> {
+        let restore =
+            format!("`loopflow worktree restore --loop {name}` points the loop at its own");
+        match self {
+            Place::Own(_) | Place::Missing(_) => None,
+            Place::Elsewhere { recorded, own } => Some(format!(
+                "the state names the worktree {}, not this loop's {} (the project was copied or moved with its loops); nothing runs in another checkout: {restore}",
+                recorded.display(),
+                own.display(),
+            )),
+            Place::Unlinked { own, named } => Some(format!(
+                "{}/.git {} (the project was copied or moved with its loops, or the file was rewritten); nothing runs there, where git would work on another record: {restore}",
+                own.display(),
+                match named {
+                    Some(n) => format!(
+                        "names {}, a record that does not name this worktree back",
+                        n.display()
+                    ),
+                    None => "is not a linked worktree's `gitdir:` file".to_string(),
+                },
+            )),
+        }
+    }
 }
 
 /// [`Place`] of the worktree a tick of this loop would run in: the same directory as the
-/// loop's own (compared by device and inode, so a symlinked project path still matches),
-/// else missing or elsewhere. Two `stat`s.
+/// loop's own (compared by device and inode, so a symlinked project path still matches)
+/// whose `.git` and record name each other, else missing, elsewhere or unlinked. Two
+/// `stat`s, and for the loop's own directory two small reads and two `realpath`s: no git.
 pub fn place(paths: &LoopPaths, state: &State) -> Place {
     let recorded = dir(paths, state);
     let id = |p: &Path| {
@@ -45,16 +81,13 @@ pub fn place(paths: &LoopPaths, state: &State) -> Place {
         std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
     };
     match (id(&recorded), id(&paths.worktree)) {
-        (Some(a), Some(b)) if a == b && recorded.join(".git").exists() => {
-            if linked_here(&paths.project, &recorded) {
-                Place::Own(recorded)
-            } else {
-                // The loop's own directory, but a copied worktree: its `.git` still
-                // names the first checkout's record, where git would do its work.
-                Place::Elsewhere {
-                    recorded: git_dir_of(&recorded).unwrap_or(recorded),
+        (Some(a), Some(b)) if a == b && recorded.join(".git").symlink_metadata().is_ok() => {
+            match linked(&recorded) {
+                Ok(()) => Place::Own(recorded),
+                Err(named) => Place::Unlinked {
                     own: paths.worktree.clone(),
-                }
+                    named,
+                },
             }
         }
         (Some(a), Some(b)) if a == b => Place::Missing(recorded),
@@ -66,8 +99,8 @@ pub fn place(paths: &LoopPaths, state: &State) -> Place {
     }
 }
 
-/// The record a linked worktree's `.git` file names (`gitdir: …`, relative to the worktree
-/// when git wrote it so), if it is such a file.
+/// The record a linked worktree's `.git` file names (`gitdir: …`; a relative one, as git
+/// writes with `worktree.useRelativePaths`, against the worktree), if it is such a file.
 fn git_dir_of(wt: &Path) -> Option<PathBuf> {
     let text = crate::fs_safe::head(&wt.join(".git"), 4096).ok()?;
     let named = std::str::from_utf8(&text)
@@ -77,29 +110,25 @@ fn git_dir_of(wt: &Path) -> Option<PathBuf> {
     Some(wt.join(named))
 }
 
-/// Whether the worktree's `.git` file names a record in this project's repository (the
-/// `.git` directory found upward from the project). A copied worktree's names the first
-/// checkout's record, a moved one's a record that is gone. Where it cannot be told (a
-/// `.git` directory in the worktree, a project inside a linked worktree) it counts as
-/// here: `git-commit` checks the rest before it commits.
-fn linked_here(project: &Path, wt: &Path) -> bool {
-    let Some(named) = git_dir_of(wt) else {
-        return true;
-    };
-    let Some(dotgit) = project
-        .ancestors()
-        .map(|a| a.join(".git"))
-        .find(|d| d.symlink_metadata().is_ok())
-    else {
-        return true;
-    };
-    if !dotgit.is_dir() {
-        return true;
-    }
-    match (named.canonicalize(), dotgit.canonicalize()) {
-        (Ok(named), Ok(common)) => named.starts_with(common.join("worktrees")),
-        (Err(_), _) => false,
-        (Ok(_), Err(_)) => true,
+/// The worktree a record names (its `gitdir` file: the worktree's `.git`; relative to the
+/// record when git wrote it so).
+fn worktree_of(record: &Path) -> Option<PathBuf> {
+    let text = crate::fs_safe::head(&record.join("gitdir"), 4096).ok()?;
+    let named = crate::git::path_of(text.trim_ascii_end());
+    Some(record.join(named))
+}
+
+/// Whether the worktree's `.git` names a record that names this worktree's `.git` back —
+/// what git itself needs to work on the right repository's record. A copied worktree's
+/// names the first checkout's record (which names the first checkout's worktree), a moved
+/// one's a record that is gone. `Err` carries the record it names, if any.
+fn linked(wt: &Path) -> Result<(), Option<PathBuf>> {
+    let record = git_dir_of(wt).ok_or(None)?;
+    let back = worktree_of(&record).and_then(|g| g.canonicalize().ok());
+    let me = wt.join(".git").canonicalize().ok();
+    match (back, me) {
+        (Some(b), Some(m)) if b == m => Ok(()),
+        _ => Err(Some(record)),
     }
 }
 
@@ -108,20 +137,14 @@ fn linked_here(project: &Path, wt: &Path) -> bool {
 /// worktree — git would run there.
 pub fn checked(paths: &LoopPaths, state: &State) -> Result<PathBuf, String> {
     paths.owns(state).map_err(|e| e.to_string())?;
-    match place(paths, state) {
-        Place::Elsewhere { recorded, own } => Err(elsewhere(&recorded, &own, &paths.name)),
-        Place::Own(p) | Place::Missing(p) => Ok(p),
+    let place = place(paths, state);
+    if let Some(why) = place.refusal(&paths.name) {
+        return Err(why);
     }
-}
-
-/// What a human does about a state that names a worktree outside the loop (the gate's
-/// detail, the tick's `WARN`, the refusal of `review`, `land` and `discard`).
-pub fn elsewhere(recorded: &Path, own: &Path, name: &str) -> String {
-    format!(
-        "the loop's worktree is {}, not this loop's {} (the project was copied or moved with its loops); nothing runs in another checkout: `loopflow worktree restore --loop {name}` points the loop at its own",
-        recorded.display(),
-        own.display(),
-    )
+    Ok(match place {
+        Place::Own(p) | Place::Missing(p) => p,
+        Place::Elsewhere { own, .. } | Place::Unlinked { own, .. } => own,
+    })
 }
 
 /// One worktree git knows about.
@@ -423,6 +446,22 @@ fn relink(paths: &LoopPaths) -> Result<bool, RestoreError> {
         return Ok(false);
     };
     let common = common_dir(&paths.project)?;
+    // A record of this repository names this worktree back: the `.git` was rewritten in
+    // place (by an agent, say). Point it at that record again.
+    let me = dotgit.canonicalize().ok();
+    let mine = std::fs::read_dir(common.join("worktrees"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|rec| me.is_some() && worktree_of(rec).and_then(|g| g.canonicalize().ok()) == me);
+    if let Some(rec) = mine {
+        if linked(&paths.worktree).is_ok() {
+            return Ok(false);
+        }
+        write_dotgit(&dotgit, &rec)?;
+        return Ok(true);
+    }
     // The file is the agent's to write, so its id is checked to be one plain name, and the
     // record of that id here must be about this loop's worktree (its `gitdir` names
     // `…/.loopflow/loops/<name>/worktree/.git`, wherever the first checkout was).
@@ -444,9 +483,19 @@ fn relink(paths: &LoopPaths) -> Result<bool, RestoreError> {
     if old == admin || old.starts_with(&common) || !about_this_loop {
         return Ok(false);
     }
-    // Created new (O_EXCL: never through a link planted under that name), then renamed
-    // over `.git`.
-    let tmp = paths.worktree.join(".git.loopflow-relink");
+    write_dotgit(&dotgit, &admin)?;
+    let wt = paths.worktree.display().to_string();
+    ok(
+        git(&paths.project, &["worktree", "repair", &wt])?,
+        "worktree repair",
+    )?;
+    Ok(true)
+}
+
+/// Replaces a worktree's `.git` with one naming `record`: created new next to it (O_EXCL:
+/// never through a link planted under that name), then renamed over it.
+fn write_dotgit(dotgit: &Path, record: &Path) -> Result<(), RestoreError> {
+    let tmp = dotgit.with_file_name(".git.loopflow-relink");
     let _ = std::fs::remove_file(&tmp);
     std::fs::OpenOptions::new()
         .write(true)
@@ -454,19 +503,25 @@ fn relink(paths: &LoopPaths) -> Result<bool, RestoreError> {
         .open(&tmp)
         .and_then(|mut f| {
             use std::io::Write;
-            f.write_all(format!("gitdir: {}\n", admin.display()).as_bytes())
+            f.write_all(format!("gitdir: {}\n", record.display()).as_bytes())
         })
-        .and_then(|()| std::fs::rename(&tmp, &dotgit))
+        .and_then(|()| std::fs::rename(&tmp, dotgit))
         .map_err(|source| RestoreError::Relink {
-            path: dotgit.clone(),
+            path: dotgit.to_path_buf(),
             source,
-        })?;
-    let wt = paths.worktree.display().to_string();
-    ok(
-        git(&paths.project, &["worktree", "repair", &wt])?,
-        "worktree repair",
-    )?;
-    Ok(true)
+        })
+}
+
+/// The absolute path restore records for the loop's worktree: the loop directory resolved,
+/// the last component as it is — never where a link planted there since the check points.
+fn recorded_path(paths: &LoopPaths) -> Result<PathBuf, RestoreError> {
+    if std::fs::symlink_metadata(&paths.worktree).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(RestoreError::Symlink(paths.worktree.clone()));
+    }
+    Ok(paths
+        .dir
+        .canonicalize()
+        .map_or_else(|_| paths.worktree.clone(), |d| d.join("worktree")))
 }
 
 /// This repository's absolute common directory (`.git` of the main checkout).
@@ -483,30 +538,37 @@ fn common_dir(project: &Path) -> Result<PathBuf, GitError> {
 
 /// A copied project's records of the first checkout's worktree of this loop: `worktree
 /// prune` keeps one while that path exists, and `worktree add` then refuses the branch
-/// ("already used by worktree at …"). Removes, from this repository only, each record
-/// naming this loop's place in another project whose worktree does not name it back —
-/// a worktree that does is a live one of this repository and stays.
+/// ("already used by worktree at …"). Removes, from this repository only, a record that
+/// names this loop's place in another project whose worktree is there and names a record
+/// of its own (the first checkout's) instead. Kept: locked records, records whose worktree
+/// is not there (an unmounted disk: `prune` decides those), and any a worktree names back.
 fn drop_copied_records(paths: &LoopPaths) -> Result<(), RestoreError> {
     let records = common_dir(&paths.project)?.join("worktrees");
     let Ok(entries) = std::fs::read_dir(&records) else {
         return Ok(());
     };
     let suffix = format!("/.loopflow/loops/{}/worktree/.git", paths.name);
-    let own = paths.worktree.join(".git");
+    let own = paths.worktree.join(".git").canonicalize().ok();
     for rec in entries.flatten().map(|e| e.path()) {
-        let Ok(named) = crate::fs_safe::head(&rec.join("gitdir"), 4096) else {
-            continue;
-        };
-        let named = crate::git::path_of(named.trim_ascii_end());
-        if !named.to_string_lossy().ends_with(&suffix) || named == own {
+        if rec.join("locked").exists() {
             continue;
         }
-        let named_back = named
-            .parent()
-            .and_then(git_dir_of)
-            .and_then(|g| g.canonicalize().ok())
-            .is_some_and(|g| rec.canonicalize().is_ok_and(|r| r == g));
-        if !named_back {
+        let Some(named) = worktree_of(&rec).and_then(|n| n.canonicalize().ok()) else {
+            continue;
+        };
+        if !named.to_string_lossy().ends_with(&suffix) || Some(&named) == own.as_ref() {
+            continue;
+        }
+        let (Some(theirs), Ok(this)) = (
+            named
+                .parent()
+                .and_then(git_dir_of)
+                .and_then(|g| g.canonicalize().ok()),
+            rec.canonicalize(),
+        ) else {
+            continue;
+        };
+        if theirs != this && theirs.join("HEAD").is_file() {
             std::fs::remove_dir_all(&rec).map_err(|source| RestoreError::Relink {
                 path: rec.clone(),
                 source,
@@ -541,7 +603,8 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
     let target = paths.worktree.clone();
     // Only the loop's own directory counts: a state naming another checkout's worktree
     // (a copied or moved project) is pointed back here once git knows this one.
-    let known = if !registered(&target) && relink(paths)? {
+    let relinked = (!registered(&target) || linked(&target).is_err()) && relink(paths)?;
+    let known = if relinked {
         list(&paths.project)?
     } else {
         known
@@ -553,9 +616,9 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
             .any(|w| Some(&w.path) == canon.as_ref() || w.path == p)
     };
     if target.join(".git").exists() && registered(&target) {
-        let path = target.canonicalize().unwrap_or(target);
+        let path = recorded_path(paths)?;
         let moved = !matches!(place(paths, &state), Place::Own(_));
-        if moved {
+        if moved || relinked {
             let shown = path.display().to_string();
             paths.update(|s| s.worktree_path = Some(shown.clone()))?;
             let _ = paths.log(
@@ -569,7 +632,7 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
         return Ok(Restored {
             path,
             branch,
-            created: moved,
+            created: moved || relinked,
             branch_existed: true,
         });
     }
@@ -601,7 +664,7 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
         vec!["worktree", "add", "--quiet", "-b", &branch, &t, "HEAD"]
     };
     ok(git(&paths.project, &args)?, "worktree add")?;
-    let path = target.canonicalize().unwrap_or(target);
+    let path = recorded_path(paths)?;
     let shown = path.display().to_string();
     paths.update(|s| s.worktree_path = Some(shown.clone()))?;
     let _ = paths.log(

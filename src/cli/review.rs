@@ -69,8 +69,8 @@ pub fn review(project: &Path, a: ReviewArgs) -> i32 {
     // Another loop's state, or another checkout's worktree: what review would show is not
     // this loop's work (and git would read that checkout's index).
     if let Err(e) = crate::worktree::checked(&paths, &state) {
-        eprintln!("error: {}", crate::out::printable(&e));
-        return exit::STATE;
+        eprintln!("error: refused: {}", crate::out::printable(&e));
+        return exit::NO;
     }
     let r = crate::review::review(&paths, &state, a.patch);
     if a.json {

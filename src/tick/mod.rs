@@ -319,24 +319,6 @@ fn run_locked(
             return Err(e.into());
         }
     };
-    // Before any directory is prepared, confined or audited there: a state naming another
-    // checkout's worktree (a copied or moved project) runs nothing of this tick in it.
-    if loaded.config.worktree
-        && let crate::worktree::Place::Elsewhere { recorded, own } =
-            crate::worktree::place(paths, &state)
-    {
-        if !opts.dry_run {
-            let msg = crate::worktree::elsewhere(&recorded, &own, &paths.name);
-            paths.log(Event::Warn, &[LogArg::Kv("msg", msg)])?;
-            skip(paths, &SkipReason::WorktreeElsewhere)?;
-        }
-        return Ok(Summary::bare(
-            &paths.name,
-            Outcome::Skip,
-            SkipReason::WorktreeElsewhere,
-            state.iteration_count,
-        ));
-    }
     let cwd = crate::work_source::loop_cwd(&loaded.config, &state, paths);
     if let Err(e) = crate::state::text_path(&paths.dir).and(crate::state::text_path(&cwd)) {
         if !opts.dry_run {
@@ -358,6 +340,22 @@ fn run_locked(
             ),
         }
         .into());
+    }
+    // Before any directory is prepared, confined or audited there: a state naming another
+    // checkout's worktree (a copied or moved project) runs nothing of this tick in it.
+    if loaded.config.worktree
+        && let Some(msg) = crate::worktree::place(paths, &state).refusal(&paths.name)
+    {
+        if !opts.dry_run {
+            paths.log(Event::Warn, &[LogArg::Kv("msg", msg)])?;
+            skip(paths, &SkipReason::WorktreeElsewhere)?;
+        }
+        return Ok(Summary::bare(
+            &paths.name,
+            Outcome::Skip,
+            SkipReason::WorktreeElsewhere,
+            state.iteration_count,
+        ));
     }
     let tmp = paths.tick_tmp();
     // Per loop: with worktrees off, several loops share the project as working directory.

@@ -90,13 +90,25 @@ fn a_copied_or_moved_project_never_runs_agents_in_the_first_checkouts_worktree()
         kept.is_file(),
         "the copy's tick emptied the original's outputs"
     );
-    for r in [
-        q.lf(&["gate", "--loop", "w"]),
-        q.lf(&["can-continue", "--loop", "w"]),
-        q.lf(&["discard", "--loop", "w", "--yes"]),
-        q.lf(&["review", "--loop", "w"]),
+    for args in [["gate", "--loop", "w"], ["can-continue", "--loop", "w"]] {
+        let r = q.lf(&args);
+        assert_eq!(r.code, 1, "{r:?}");
+        assert!(
+            (r.stdout.clone() + &r.stderr).contains("worktree_elsewhere"),
+            "{r:?}"
+        );
+    }
+    for args in [
+        &["discard", "--loop", "w", "--yes"][..],
+        &["land", "--loop", "w"],
+        &["review", "--loop", "w"],
     ] {
-        assert_ne!(r.code, 0, "{r:?}");
+        let r = q.lf(args);
+        assert_eq!(r.code, 1, "{r:?}");
+        assert!(
+            r.stderr.contains("refused: ") && r.stderr.contains("nothing runs in another checkout"),
+            "{r:?}"
+        );
     }
     assert!(
         !p.worktree("w").join("AUDIT_RAN_HERE").exists(),
@@ -212,6 +224,55 @@ fn a_copied_or_moved_project_never_runs_agents_in_the_first_checkouts_worktree()
     assert_eq!(moved.lf(&["worktree", "restore", "--loop", "w"]).code, 0);
     let r = moved.lf(&["run", "--loop", "w", "--json"]);
     assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+}
+
+/// The same for a project in a subdirectory of its repository, named relatively
+/// (`--project .`): the check does not look for the repository along the path as written,
+/// it asks the worktree's `.git` and its record whether they name each other.
+#[test]
+fn a_copied_subdirectory_project_named_relatively_cannot_discard_the_originals_work() {
+    let repo = Project::git();
+    let sub = repo.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    let lf = |cwd: &Path, args: &[&str]| {
+        let mut c = loopflow(cwd);
+        c.args(args);
+        Run::of(&mut c)
+    };
+    let r = lf(
+        &sub,
+        &["--project", ".", "create", "--loop", "l", "--task", "t"],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    let wt = sub.join(".loopflow/loops/l/worktree");
+    std::fs::write(wt.join("work.txt"), "done\n").unwrap();
+    commit_all(&wt, "the loop's work");
+    let tip = git(repo.path(), &["rev-parse", "loopflow/l"]);
+
+    let copy = copy_project(&repo);
+    let csub = copy.join("sub");
+    let st = csub.join(".loopflow/loops/l/.state.loop");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
+    v["worktree_path"] = serde_json::Value::Null;
+    std::fs::write(&st, v.to_string()).unwrap();
+    let r = lf(&csub, &["--project", ".", "gate", "--loop", "l"]);
+    assert!(r.stdout.contains("not ok (worktree_elsewhere)"), "{r:?}");
+    let r = lf(
+        &csub,
+        &["--project", ".", "discard", "--loop", "l", "--yes"],
+    );
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("a record that does not name this worktree back"),
+        "{r:?}"
+    );
+    assert_eq!(git(repo.path(), &["rev-parse", "loopflow/l"]), tip);
+    assert_eq!(
+        std::fs::read_to_string(wt.join("work.txt")).unwrap(),
+        "done\n"
+    );
 }
 
 /// A worktree loop's directory copied to start a second loop: the copy's state and its

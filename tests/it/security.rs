@@ -714,6 +714,19 @@ fn an_agent_cannot_redirect_git_commit_onto_the_main_checkout() {
         assert_eq!(r.code, if symlinked { 4 } else { 0 }, "{r:?}");
         assert_eq!(p.git_cmd(&["rev-parse", "main"]), head, "{r:?}");
         assert_eq!(p.state("x")["iteration_count"], 0);
+        if !symlinked {
+            // The rewritten `.git` names no record of this worktree: nothing runs there, and
+            // the way back the skip names points it at its own record again.
+            assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
+            let r = p.lf(&["worktree", "restore", "--loop", "x"]);
+            assert_eq!(r.code, 0, "{r:?}");
+            let g = p.lf(&["gate", "--loop", "x"]);
+            assert!(
+                g.stdout.contains("ok  worktree       worktree at "),
+                "{g:?}"
+            );
+            assert_eq!(p.git_cmd(&["rev-parse", "main"]), head);
+        }
     }
 }
 
