@@ -271,6 +271,11 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
         let _ = git(project, &["worktree", "prune"]);
     }
     let worktrees = list(project)?;
+    let common = common_dir(project)?.join("worktrees").canonicalize().ok();
+    let theirs = |wt: &Path| {
+        let record = git_dir_of(wt).and_then(|r| r.canonicalize().ok());
+        wt.exists() && matches!((record, &common), (Some(r), Some(c)) if !r.starts_with(c))
+    };
     let mut handled = Vec::new();
     for w in &worktrees {
         let Some(name) = w
@@ -280,6 +285,16 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
         else {
             continue;
         };
+        // A copied project's record of the first checkout's worktree: not this
+        // repository's to inspect (`git status` there refreshes the other's index) or
+        // remove.
+        if theirs(&w.path) {
+            lines.push(format!(
+                "skipped worktree {} (loop {name}): it is another repository's (its .git names a record that is not this one's: a copied or moved project); this repository's record of it goes once that path does (`git worktree prune`)",
+                w.path.display()
+            ));
+            continue;
+        }
         let Some(stale) = stale(project, name, o.max_age) else {
             continue;
         };

@@ -140,3 +140,43 @@ fn restore_refuses_what_it_cannot_do() {
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("without a worktree"), "{r:?}");
 }
+
+/// `worktree gc` in a copied project: its git records still name the first checkout's
+/// worktrees, and a loop deleted in the copy is not a reason to touch the original's (nor
+/// to run `git status` there, which refreshes the original's index).
+#[test]
+fn gc_in_a_copied_project_leaves_the_originals_worktrees_alone() {
+    let p = Project::git();
+    assert_eq!(p.lf(&["create", "--loop", "l", "--task", "t"]).code, 0);
+    std::fs::write(p.worktree("l").join("work.txt"), "uncommitted\n").unwrap();
+    let q = Project::new();
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", p.path().display()))
+        .arg(q.path())
+        .status();
+    assert!(cp.is_ok_and(|s| s.success()));
+    std::fs::remove_dir_all(q.loop_dir("l")).unwrap();
+    let index = std::fs::read(p.path().join(".git/worktrees/worktree/index")).ok();
+    for args in [
+        &["worktree", "gc", "--dry-run"][..],
+        &["worktree", "gc", "--force"],
+    ] {
+        let r = q.lf(args);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(
+            r.stdout.contains("skipped worktree") && r.stdout.contains("another repository's"),
+            "{r:?}"
+        );
+        assert!(!r.stdout.contains("remove"), "{r:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(p.worktree("l").join("work.txt")).unwrap(),
+        "uncommitted\n"
+    );
+    assert_eq!(
+        std::fs::read(p.path().join(".git/worktrees/worktree/index")).ok(),
+        index
+    );
+    assert!(p.git_cmd(&["worktree", "list"]).contains("[loopflow/l]"));
+}
