@@ -35,6 +35,10 @@ pub struct GateReport {
     /// The task the work source supplies, when there is one.
     #[serde(skip)]
     pub task: Option<Task>,
+    /// Why the work source could not be read (a backlog file that is not there), as the
+    /// `task` check says it: not the same as a source with nothing left to do.
+    #[serde(skip)]
+    pub work_unreadable: Option<String>,
 }
 
 fn plateau(history: &[f64], window: usize, epsilon: f64) -> Option<(f64, f64)> {
@@ -59,6 +63,21 @@ pub fn evaluate(
     state: &State,
     paths: &LoopPaths,
     work: &WorkSourceReader<'_>,
+) -> GateReport {
+    let place = config
+        .worktree
+        .then(|| crate::worktree::place(paths, state));
+    evaluate_at(config, state, paths, work, place)
+}
+
+/// [`evaluate`] with the worktree's [`Place`](crate::worktree::Place) its caller already
+/// found (`None`: worktrees off), so a tick looks at it once.
+pub fn evaluate_at(
+    config: &LoopConfig,
+    state: &State,
+    paths: &LoopPaths,
+    work: &WorkSourceReader<'_>,
+    place: Option<crate::worktree::Place>,
 ) -> GateReport {
     let b = &config.brakes;
     let mut checks = Vec::new();
@@ -184,9 +203,6 @@ pub fn evaluate(
 
     // The worktree before the work source: an audit command runs in the worktree, and one
     // that is another checkout's is not run at all.
-    let place = config
-        .worktree
-        .then(|| crate::worktree::place(paths, state));
     let refusal = place.as_ref().and_then(|p| p.refusal(&paths.name));
     if let Some(why) = &refusal {
         decide(
@@ -199,6 +215,7 @@ pub fn evaluate(
             },
         );
     }
+    let mut unreadable = None;
     let (task_ok, task_detail, task) = match &refusal {
         Some(_) => (
             false,
@@ -208,7 +225,11 @@ pub fn evaluate(
         _ => match work.current() {
             Ok(Some(t)) => (true, format!("{} (from {})", t.id, t.source), Some(t)),
             Ok(None) => (false, "no current task".to_string(), None),
-            Err(e) => (false, format!("work source unreadable: {e}"), None),
+            Err(e) => {
+                let why = format!("work source unreadable: {e}");
+                unreadable = Some(why.clone());
+                (false, why, None)
+            }
         },
     };
     decide(
@@ -273,6 +294,7 @@ pub fn evaluate(
         checks,
         verdict,
         task,
+        work_unreadable: unreadable,
     }
 }
 

@@ -151,6 +151,20 @@ pub fn toplevel(dir: &Path) -> Option<PathBuf> {
         .filter(|t| t.is_dir())
 }
 
+/// The absolute common directory of `project`'s repository (the main checkout's `.git`,
+/// which holds `worktrees/`), from git itself: the project may be a subdirectory, a
+/// submodule or a linked worktree.
+pub fn common_dir(project: &Path) -> Result<PathBuf, GitError> {
+    let out = ok(
+        git(
+            project,
+            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+        )?,
+        "rev-parse",
+    )?;
+    Ok(path_of(trim_newline(&out)))
+}
+
 /// A path as git prints it with `-z`: bytes, not necessarily UTF-8.
 #[cfg(unix)]
 pub fn path_of(b: &[u8]) -> PathBuf {
@@ -267,14 +281,7 @@ impl Linked {
                 loop_name: loop_of(branch),
             });
         }
-        let common = ok(
-            git(
-                project,
-                &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-            )?,
-            "rev-parse",
-        )?;
-        let common = path_of(trim_newline(&common));
+        let common = common_dir(project)?;
         let me = std::fs::canonicalize(work_tree.join(".git"))
             .or_else(|_| std::fs::canonicalize(work_tree).map(|w| w.join(".git")))
             .map_err(io(work_tree.to_path_buf()))?;

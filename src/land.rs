@@ -153,7 +153,7 @@ pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, La
     let (_lock, br, head_before) = prelude(paths, "land")?;
     // Before the merge: after it, the loop's worktree is moved onto the new HEAD, and a
     // worktree that is another checkout's must not be.
-    crate::worktree::checked(paths, state).map_err(LandError::Elsewhere)?;
+    let wt = crate::worktree::checked(paths, state).map_err(LandError::Elsewhere)?;
     let project = &paths.project;
     let into = current_branch(project).ok_or(LandError::Detached)?;
     if into == br {
@@ -228,7 +228,7 @@ pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, La
     // A squash leaves the loop's branch beside the commit that now holds its work: moved
     // onto it, the loop goes on from what landed and the next land does not repeat it.
     let note = if squash {
-        rebase_branch(paths, state, &head).err()
+        rebase_branch(paths, &wt, &head).err()
     } else {
         None
     };
@@ -262,13 +262,13 @@ fn squash_message(project: &Path, br: &str, title: &str) -> String {
     format!("{title}\n\n{subjects}")
 }
 
-/// Moves the loop's branch (and its worktree, when it has one) to `to`, keeping
-/// uncommitted work in the worktree (`reset --keep` refuses rather than lose it).
-fn rebase_branch(paths: &LoopPaths, state: &State, to: &str) -> Result<(), String> {
-    let wt = crate::worktree::checked(paths, state)?;
+/// Moves the loop's branch (and its worktree `wt`, when it has one: the one `land` checked)
+/// to `to`, keeping uncommitted work in the worktree (`reset --keep` refuses rather than
+/// lose it).
+fn rebase_branch(paths: &LoopPaths, wt: &Path, to: &str) -> Result<(), String> {
     let br = branch(&paths.name);
     let out = if wt.is_dir() {
-        git(&wt, &["reset", "--quiet", "--keep", to])
+        git(wt, &["reset", "--quiet", "--keep", to])
     } else {
         git(&paths.project, &["branch", "--force", &br, to])
     }

@@ -266,7 +266,10 @@ fn verdicts(paths: &LoopPaths, state: &State, since_approval: bool, n: usize) ->
 }
 
 /// Builds the review of one loop. Never fails: what git cannot tell goes into `notes`.
-pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Review {
+pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Result<Review, String> {
+    // Another loop's state, or another checkout's worktree: what review would show is not
+    // this loop's work (and git would read that checkout's index).
+    let wt = crate::worktree::checked(paths, state)?;
     let project = &paths.project;
     let last_approval = state.approvals.last().cloned();
     let mut r = Review {
@@ -293,14 +296,20 @@ pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Review {
         next: Vec::new(),
         notes: Vec::new(),
     };
-    if let Err(note) = fill_git(&mut r, paths, state, patch) {
+    if let Err(note) = fill_git(&mut r, paths, &wt, state, patch) {
         r.notes.push(note);
     }
     r.next = next_commands(&r, paths);
-    r
+    Ok(r)
 }
 
-fn fill_git(r: &mut Review, paths: &LoopPaths, state: &State, patch: bool) -> Result<(), String> {
+fn fill_git(
+    r: &mut Review,
+    paths: &LoopPaths,
+    wt: &Path,
+    state: &State,
+    patch: bool,
+) -> Result<(), String> {
     let project = &paths.project;
     if rev(project, "HEAD").is_none() {
         return Err(format!(
@@ -316,7 +325,6 @@ fn fill_git(r: &mut Review, paths: &LoopPaths, state: &State, patch: bool) -> Re
         &format!("refs/heads/{br}"),
     ) {
         Some(tip) => {
-            let wt = crate::worktree::checked(paths, state)?;
             r.branch = Some(br.clone());
             r.worktree = wt.is_dir().then(|| wt.display().to_string());
             let mb = text_of(project, &["merge-base", "HEAD", &tip], "merge-base")
@@ -341,7 +349,7 @@ fn fill_git(r: &mut Review, paths: &LoopPaths, state: &State, patch: bool) -> Re
                 }),
                 _ => None,
             };
-            (wt, tip, base)
+            (wt.to_path_buf(), tip, base)
         }
         None => {
             // No branch of its own: the loop works (and commits) in the checkout.

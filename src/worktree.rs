@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::git::{GitError, git, ok};
+use crate::git::{GitError, common_dir, git, ok};
 use crate::state::{Event, LogArg, LoopPaths, State};
 
 /// The loop's worktree directory: `worktree_path` from the state (a relative one, as
@@ -46,6 +46,9 @@ impl Place {
     /// Why nothing may run in this worktree, and what a human does about it: `None` for a
     /// worktree of the loop's own (or one that is missing, which has its own skip).
     pub fn refusal(&self, name: &str) -> Option<String> {
+        if matches!(self, Place::Own(_) | Place::Missing(_)) {
+            return None;
+        }
         let restore =
             format!("`loopflow worktree restore --loop {name}` points the loop at its own");
         match self {
@@ -450,25 +453,15 @@ fn relink(paths: &LoopPaths) -> Result<bool, RestoreError> {
     if !std::fs::symlink_metadata(&dotgit).is_ok_and(|m| m.file_type().is_file()) {
         return Ok(false);
     }
-    let Ok(text) = crate::fs_safe::head(&dotgit, 4096) else {
-        return Ok(false);
-    };
-    let Some(old) = std::str::from_utf8(&text)
-        .ok()
-        .and_then(|t| t.trim_end().strip_prefix("gitdir: "))
-        .map(PathBuf::from)
-    else {
+    let Some(old) = git_dir_of(&paths.worktree) else {
         return Ok(false);
     };
     let common = common_dir(&paths.project)?;
     // A record of this repository names this worktree back: the `.git` was rewritten in
     // place (by an agent, say). Point it at that record again.
     let me = dotgit.canonicalize().ok();
-    let mine = std::fs::read_dir(common.join("worktrees"))
+    let mine = records(&paths.project)?
         .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
         .find(|rec| me.is_some() && worktree_of(rec).and_then(|g| g.canonicalize().ok()) == me);
     if let Some(rec) = mine {
         if linked(&paths.worktree).is_ok() {
@@ -492,9 +485,7 @@ fn relink(paths: &LoopPaths) -> Result<bool, RestoreError> {
         return Ok(false);
     };
     let admin = common.join("worktrees").join(id);
-    let ours = format!("/.loopflow/loops/{}/worktree/.git", paths.name);
-    let about_this_loop = crate::fs_safe::head(&admin.join("gitdir"), 4096)
-        .is_ok_and(|g| g.trim_ascii_end().ends_with(ours.as_bytes()));
+    let about_this_loop = worktree_of(&admin).is_some_and(|g| names_this_loop(&g, paths));
     if old == admin || old.starts_with(&common) || !about_this_loop {
         return Ok(false);
     }
@@ -539,16 +530,41 @@ fn recorded_path(paths: &LoopPaths) -> Result<PathBuf, RestoreError> {
         .map_or_else(|_| paths.worktree.clone(), |d| d.join("worktree")))
 }
 
-/// This repository's absolute common directory (`.git` of the main checkout).
-fn common_dir(project: &Path) -> Result<PathBuf, GitError> {
-    let out = ok(
-        git(
-            project,
-            &["rev-parse", "--path-format=absolute", "--git-common-dir"],
-        )?,
-        "rev-parse",
-    )?;
-    Ok(crate::git::path_of(out.trim_ascii_end()))
+/// The records (`<common>/worktrees/<id>`) of `project`'s repository, none when it has no
+/// linked worktree.
+fn records(project: &Path) -> Result<Vec<PathBuf>, GitError> {
+    let dir = common_dir(project)?.join("worktrees");
+    Ok(std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect())
+}
+
+/// Whether a record's worktree `.git` is at this loop's place in some project
+/// (`…/.loopflow/loops/<name>/worktree/.git`): in a copied or moved project, the first
+/// checkout's.
+fn names_this_loop(dotgit: &Path, paths: &LoopPaths) -> bool {
+    dotgit.ends_with(
+        Path::new(".loopflow/loops")
+            .join(&paths.name)
+            .join("worktree/.git"),
+    )
+}
+
+/// Points the state at the loop's worktree `path` and logs `WORKTREE restored=…`.
+fn record(paths: &LoopPaths, path: &Path, branch: &str) -> Result<(), RestoreError> {
+    let shown = path.display().to_string();
+    paths.update(|s| s.worktree_path = Some(shown.clone()))?;
+    let _ = paths.log(
+        Event::Worktree,
+        &[
+            LogArg::Kv("restored", shown),
+            LogArg::Kv("branch", branch.to_string()),
+        ],
+    );
+    Ok(())
 }
 
 /// A copied project's records of the first checkout's worktree of this loop: `worktree
@@ -558,20 +574,15 @@ fn common_dir(project: &Path) -> Result<PathBuf, GitError> {
 /// of its own (the first checkout's) instead. Kept: locked records, records whose worktree
 /// is not there (an unmounted disk: `prune` decides those), and any a worktree names back.
 fn drop_copied_records(paths: &LoopPaths) -> Result<(), RestoreError> {
-    let records = common_dir(&paths.project)?.join("worktrees");
-    let Ok(entries) = std::fs::read_dir(&records) else {
-        return Ok(());
-    };
-    let suffix = format!("/.loopflow/loops/{}/worktree/.git", paths.name);
     let own = paths.worktree.join(".git").canonicalize().ok();
-    for rec in entries.flatten().map(|e| e.path()) {
+    for rec in records(&paths.project)? {
         if rec.join("locked").exists() {
             continue;
         }
         let Some(named) = worktree_of(&rec).and_then(|n| n.canonicalize().ok()) else {
             continue;
         };
-        if !named.to_string_lossy().ends_with(&suffix) || Some(&named) == own.as_ref() {
+        if !names_this_loop(&named, paths) || Some(&named) == own.as_ref() {
             continue;
         }
         let (Some(theirs), Ok(this)) = (
@@ -634,15 +645,7 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
         let path = recorded_path(paths)?;
         let moved = !matches!(place(paths, &state), Place::Own(_));
         if moved || relinked {
-            let shown = path.display().to_string();
-            paths.update(|s| s.worktree_path = Some(shown.clone()))?;
-            let _ = paths.log(
-                Event::Worktree,
-                &[
-                    LogArg::Kv("restored", shown),
-                    LogArg::Kv("branch", branch.clone()),
-                ],
-            );
+            record(paths, &path, &branch)?;
         }
         return Ok(Restored {
             path,
@@ -680,15 +683,7 @@ pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
     };
     ok(git(&paths.project, &args)?, "worktree add")?;
     let path = recorded_path(paths)?;
-    let shown = path.display().to_string();
-    paths.update(|s| s.worktree_path = Some(shown.clone()))?;
-    let _ = paths.log(
-        Event::Worktree,
-        &[
-            LogArg::Kv("restored", shown),
-            LogArg::Kv("branch", branch.clone()),
-        ],
-    );
+    record(paths, &path, &branch)?;
     Ok(Restored {
         path,
         branch,

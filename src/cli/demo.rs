@@ -213,19 +213,21 @@ pub fn demo(a: DemoArgs) -> i32 {
     for line in super::status::status_table(row.as_slice(), &[]).lines() {
         say(format!("  {line}"));
     }
+    let json = |code| {
+        if a.json {
+            let doc = serde_json::json!({"project": dir, "ticks": ticks, "status": row});
+            outln!("{}", out::json(&doc, true));
+        }
+        code
+    };
     // Only the brakes the demo is built to reach: a halt for a broken verdict, a refused
     // sandbox or anything else a human must look into is the demo failing too.
-    let halted = paths.load().is_ok_and(|s| {
-        s.halt.as_ref().is_some_and(|h| {
-            matches!(
-                h.reason,
-                HaltReason::VerifierFailed(VerifierFailure::ScorePlateau)
-                    | HaltReason::GoalMet
-                    | HaltReason::IterationsExhausted
-            )
-        })
-    });
-    if !halted {
+    let Some(why) = paths
+        .load()
+        .ok()
+        .and_then(|s| s.halt)
+        .and_then(|h| demo_brake(&h.reason))
+    else {
         // The demo is the first thing a newcomer runs: a loop that aborted (its agent
         // failed) is the demo failing, said as such, never dressed up as a halt.
         let last = ticks
@@ -235,39 +237,19 @@ pub fn demo(a: DemoArgs) -> i32 {
             "error: the demo's loop did not stop on one of its brakes ({last}); what its agent said is in {}",
             paths.outputs.display()
         );
-        if a.json {
-            let doc = serde_json::json!({"project": dir, "ticks": ticks, "status": row});
-            outln!("{}", out::json(&doc, true));
-        }
-        return exit::STATE;
-    }
-    if let Ok(state) = paths.load() {
-        let notes = std::fs::read_to_string(dir.join("NOTES.md")).unwrap_or_default();
-        say(format!(
-            "\nwhat happened: the fake agent edited NOTES.md ({} lines, one per iteration); the verifier",
-            notes
-                .lines()
-                .filter(|l| l.starts_with("- iteration"))
-                .count()
-        ));
-        say(
-            "graded each iteration, and its reasons and next_hint were rendered into the next"
-                .into(),
-        );
-        say("implement prompt (see outputs/<N>-implement.prompt.md in the loop directory).".into());
-        if let Some(h) = &state.halt {
-            let why = match h.reason {
-                HaltReason::VerifierFailed(VerifierFailure::ScorePlateau) => {
-                    "the last 3 scores were equal (score_plateau_window = 3): passing is not the goal \
-                     (goal_score = 1.0), and a loop that stops improving halts for a human"
-                }
-                HaltReason::GoalMet => "the verifier reported pass with a score at the goal",
-                HaltReason::IterationsExhausted => "it used all of brakes.max_iterations",
-                _ => "one of its brakes tripped",
-            };
-            say(format!("why it stopped: {why}."));
-        }
-    }
+        return json(exit::STATE);
+    };
+    let notes = std::fs::read_to_string(dir.join("NOTES.md")).unwrap_or_default();
+    say(format!(
+        "\nwhat happened: the fake agent edited NOTES.md ({} lines, one per iteration); the verifier",
+        notes
+            .lines()
+            .filter(|l| l.starts_with("- iteration"))
+            .count()
+    ));
+    say("graded each iteration, and its reasons and next_hint were rendered into the next".into());
+    say("implement prompt (see outputs/<N>-implement.prompt.md in the loop directory).".into());
+    say(format!("why it stopped: {why}."));
     let d = shell_word(&dir);
     say("\nThe loop halted on its own brakes and waits for a human. Next steps:".into());
     say(format!("  loopflow --project {d} status"));
@@ -275,9 +257,19 @@ pub fn demo(a: DemoArgs) -> i32 {
         "  loopflow --project {d} approve --loop demo --note \"looked good\" --extend 3"
     ));
     say(format!("  loopflow --project {d} run --loop demo --json"));
-    if a.json {
-        let doc = serde_json::json!({"project": dir, "ticks": ticks, "status": row});
-        outln!("{}", out::json(&doc, true));
-    }
-    exit::OK
+    json(exit::OK)
+}
+
+/// Why the demo's loop stopped, for the brakes it is built to reach; `None` for any other
+/// halt (the demo failed).
+fn demo_brake(reason: &HaltReason) -> Option<&'static str> {
+    Some(match reason {
+        HaltReason::VerifierFailed(VerifierFailure::ScorePlateau) => {
+            "the last 3 scores were equal (score_plateau_window = 3): passing is not the goal \
+             (goal_score = 1.0), and a loop that stops improving halts for a human"
+        }
+        HaltReason::GoalMet => "the verifier reported pass with a score at the goal",
+        HaltReason::IterationsExhausted => "it used all of brakes.max_iterations",
+        _ => return None,
+    })
 }

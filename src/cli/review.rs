@@ -66,13 +66,13 @@ pub fn review(project: &Path, a: ReviewArgs) -> i32 {
         Ok(x) => x,
         Err(c) => return c,
     };
-    // Another loop's state, or another checkout's worktree: what review would show is not
-    // this loop's work (and git would read that checkout's index).
-    if let Err(e) = crate::worktree::checked(&paths, &state) {
-        eprintln!("error: refused: {}", crate::out::printable(&e));
-        return exit::NO;
-    }
-    let r = crate::review::review(&paths, &state, a.patch);
+    let r = match crate::review::review(&paths, &state, a.patch) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: refused: {}", crate::out::printable(&e));
+            return exit::NO;
+        }
+    };
     if a.json {
         let doc = crate::out::json(&crate::review::to_json(&r), true);
         return out(&format!("{doc}\n"));

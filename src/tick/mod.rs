@@ -343,9 +343,11 @@ fn run_locked(
     }
     // Before any directory is prepared, confined or audited there: a state naming another
     // checkout's worktree (a copied or moved project) runs nothing of this tick in it.
-    if loaded.config.worktree
-        && let Some(msg) = crate::worktree::place(paths, &state).refusal(&paths.name)
-    {
+    let place = loaded
+        .config
+        .worktree
+        .then(|| crate::worktree::place(paths, &state));
+    if let Some(msg) = place.as_ref().and_then(|p| p.refusal(&paths.name)) {
         if !opts.dry_run {
             paths.log(Event::Warn, &[LogArg::Kv("msg", msg)])?;
             skip(paths, &SkipReason::WorktreeElsewhere)?;
@@ -377,7 +379,7 @@ fn run_locked(
     };
     let work = WorkSourceReader::new(&loaded.config, &state, paths, opts.dry_run)
         .confined(audit_box.as_ref());
-    let gate = crate::brakes::evaluate(&loaded.config, &state, paths, &work);
+    let gate = crate::brakes::evaluate_at(&loaded.config, &state, paths, &work, place);
     // The ledger holds what the tick writes from `log_start` on.
     let log_start = std::fs::metadata(&paths.log).map_or(0, |m| m.len());
     if let Ok(mut l) = ledger.lock() {

@@ -129,11 +129,9 @@ impl Tick<'_> {
                 // A work source that cannot be read (a backlog file that is not there) is
                 // not the same as one with nothing left to do: the log says which.
                 if reason == SkipReason::NoCurrentTask
-                    && let Some(c) = self.gate.checks.iter().find(|c| {
-                        c.name == "task" && !c.ok && c.detail.starts_with("work source unreadable")
-                    })
+                    && let Some(why) = &self.gate.work_unreadable
                 {
-                    paths.log(Event::Warn, &[LogArg::Kv("msg", c.detail.clone())])?;
+                    paths.log(Event::Warn, &[LogArg::Kv("msg", why.clone())])?;
                 }
                 skip(paths, &reason)?;
                 summary.outcome = Outcome::Skip;

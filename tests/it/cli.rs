@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::support::{LoopToml, Project, Run, have, loopflow, standard_agent, wait_or_kill};
+use crate::support::{LoopToml, Project, Run, cp_a, have, loopflow, standard_agent, wait_or_kill};
 
 const PASS: &str = r#"{"pass": true, "score": 0.9}"#;
 const HALF: &str = r#"{"pass": false, "score": 0.5}"#;
@@ -592,8 +592,7 @@ fn the_gate_node_reports_how_it_ended_the_tick() {
 fn a_copied_loop_directory_is_named_by_its_directory_and_ticks_only_once_started() {
     let p = agent_project(&[HALF], "");
     let (from, to) = (p.loop_dir("l"), p.loop_dir("m"));
-    let cp = Command::new("cp").arg("-r").arg(&from).arg(&to).status();
-    assert!(cp.is_ok_and(|s| s.success()));
+    cp_a(&from, &to);
     let state = std::fs::read(to.join(".state.loop")).unwrap();
     let r = p.lf(&["run", "--loop", "m"]);
     assert_eq!(r.code, 4, "{r:?}");
@@ -659,16 +658,8 @@ fn a_copied_loop_directory_is_named_by_its_directory_and_ticks_only_once_started
     assert_eq!(names(&p), ["l", "m"]);
 
     // The name a foreign state file carries is its text, escaped before it is printed.
-    let cp = Command::new("cp")
-        .arg("-r")
-        .arg(&from)
-        .arg(p.loop_dir("n"))
-        .status();
-    assert!(cp.is_ok_and(|s| s.success()));
-    let st = p.loop_dir("n").join(".state.loop");
-    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
-    v["name"] = "x\u{1b}]0;pwned\u{7}".into();
-    std::fs::write(&st, v.to_string()).unwrap();
+    cp_a(&from, &p.loop_dir("n"));
+    p.edit_state("n", |s| s["name"] = "x\u{1b}]0;pwned\u{7}".into());
     for r in [p.lf(&["run", "--loop", "n"]), p.lf(&["status"])] {
         assert!(
             !r.stdout.contains('\u{1b}') && !r.stderr.contains('\u{1b}'),

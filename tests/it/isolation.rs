@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::{LoopToml, PipelineToml, Project, Run, commit_all, git, loopflow};
+use crate::support::{
+    LoopToml, PipelineToml, Project, Run, commit_all, cp_a, edit_json, git, loopflow,
+};
 
 /// An agent that records its role, `{{cwd}}` and real working directory; implement runs
 /// `IMPLEMENT` (a shell snippet) in the worktree, verify prints a verdict.
@@ -35,12 +37,7 @@ fn worktree_toml(agent: &Path) -> LoopToml {
 /// something on a second checkout).
 fn copy_project(from: &Project) -> Project {
     let to = Project::new();
-    let src = format!("{}/.", from.path().display());
-    let cp = std::process::Command::new("cp")
-        .args(["-a", &src])
-        .arg(to.path())
-        .status();
-    assert!(cp.is_ok_and(|s| s.success()));
+    cp_a(&from.path().join("."), to.path());
     to
 }
 
@@ -134,11 +131,7 @@ fn a_copied_or_moved_project_never_runs_agents_in_the_first_checkouts_worktree()
     // A state without a recorded path (older loopflow, or `null` by hand) resolves to the
     // copy's own directory, whose copied `.git` still names the original's record.
     let q2 = copy_project(&p);
-    let st = q2.loop_dir("w").join(".state.loop");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
-    v["worktree_path"] = serde_json::Value::Null;
-    std::fs::write(&st, v.to_string()).unwrap();
+    q2.edit_state("w", |s| s["worktree_path"] = serde_json::Value::Null);
     let r = q2.lf(&["run", "--loop", "w", "--json"]);
     assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
     assert_eq!(p.read("calls.log"), calls, "an agent ran");
@@ -251,11 +244,9 @@ fn a_copied_subdirectory_project_named_relatively_cannot_discard_the_originals_w
 
     let copy = copy_project(&repo);
     let csub = copy.join("sub");
-    let st = csub.join(".loopflow/loops/l/.state.loop");
-    let mut v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&st).unwrap()).unwrap();
-    v["worktree_path"] = serde_json::Value::Null;
-    std::fs::write(&st, v.to_string()).unwrap();
+    edit_json(&csub.join(".loopflow/loops/l/.state.loop"), |s| {
+        s["worktree_path"] = serde_json::Value::Null;
+    });
     let r = lf(&csub, &["--project", ".", "gate", "--loop", "l"]);
     assert!(r.stdout.contains("not ok (worktree_elsewhere)"), "{r:?}");
     let r = lf(
@@ -284,12 +275,7 @@ fn a_copied_worktree_loop_starts_fresh_in_a_worktree_of_its_own() {
     let p = Project::git();
     let a = agent(&p, "echo change >> file.txt");
     p.with_loop_task("w", Some("t"), &worktree_toml(&a));
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(p.loop_dir("w"))
-        .arg(p.loop_dir("c"))
-        .status();
-    assert!(cp.is_ok_and(|s| s.success()));
+    cp_a(&p.loop_dir("w"), &p.loop_dir("c"));
     let before = p.git_cmd(&["worktree", "list", "--porcelain"]);
     let r = p.lf(&["run", "--loop", "c"]);
     assert_eq!(r.code, 4, "{r:?}");

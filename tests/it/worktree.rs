@@ -2,7 +2,7 @@
 //! or by hand) gets it back on its own branch, with its commits, and ticks again instead
 //! of skipping `worktree_missing` forever.
 
-use crate::support::{Project, commit_all};
+use crate::support::{Project, commit_all, cp_a};
 
 fn set_idle(p: &Project, name: &str) {
     let st = p.loop_dir(name).join(".state.loop");
@@ -150,12 +150,7 @@ fn gc_in_a_copied_project_leaves_the_originals_worktrees_alone() {
     assert_eq!(p.lf(&["create", "--loop", "l", "--task", "t"]).code, 0);
     std::fs::write(p.worktree("l").join("work.txt"), "uncommitted\n").unwrap();
     let q = Project::new();
-    let cp = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", p.path().display()))
-        .arg(q.path())
-        .status();
-    assert!(cp.is_ok_and(|s| s.success()));
+    cp_a(&p.path().join("."), q.path());
     std::fs::remove_dir_all(q.loop_dir("l")).unwrap();
     let index = std::fs::read(p.path().join(".git/worktrees/worktree/index")).ok();
     for args in [

@@ -211,6 +211,12 @@ impl Project {
         serde_json::from_str(&text).expect("state JSON")
     }
 
+    /// Rewrites a loop's state file through `edit` (what a hand, an older loopflow or a
+    /// copy left there).
+    pub fn edit_state(&self, name: &str, edit: impl FnOnce(&mut Value)) {
+        edit_json(&self.loop_dir(name).join(".state.loop"), edit);
+    }
+
     pub fn log(&self, name: &str) -> Vec<String> {
         std::fs::read_to_string(self.loop_dir(name).join(".state.log"))
             .unwrap_or_default()
@@ -367,6 +373,26 @@ esac"#,
             verdict = line_of_tick(&v)
         ),
     )
+}
+
+/// Rewrites the JSON file at `path` through `edit`.
+pub fn edit_json(path: &Path, edit: impl FnOnce(&mut Value)) {
+    let text = std::fs::read_to_string(path).expect("JSON file");
+    let mut v: Value = serde_json::from_str(&text).expect("JSON");
+    edit(&mut v);
+    std::fs::write(path, v.to_string()).expect("JSON file");
+}
+
+/// `cp -a FROM TO` (FROM's contents into TO when FROM ends in `/.`): a copy as a user makes
+/// one, modes, times and links kept.
+pub fn cp_a(from: &Path, to: &Path) {
+    let ok = Command::new("cp").arg("-a").arg(from).arg(to).status();
+    assert!(
+        ok.is_ok_and(|s| s.success()),
+        "cp -a {} {}",
+        from.display(),
+        to.display()
+    );
 }
 
 /// Whether `tool` is on PATH. With LOOPFLOW_REQUIRE_VALIDATORS=1 (CI sets it) a missing
