@@ -284,7 +284,7 @@ pub fn check_config(
         PipelineRead::Valid(pl) => {
             cross_check(cfg, &pl.view(), &pl.source.name, base, diags);
             if p.complete {
-                explained.push(explain(cfg, &pl));
+                explained.push(crate::explain::explain(cfg, &pl));
             }
         }
         PipelineRead::Invalid(d) => cross_check(cfg, &d.view(), &d.source.name, base, diags),
@@ -637,95 +637,4 @@ fn check_model_divergence(lc: &LoopConfig, view: &View<'_>, diags: &mut Diagnost
             .help("add the agent's model flag with `{{model}}`, e.g. `\"--model\", \"{{model}}\"`, so verification is really done by a different model"),
         );
     }
-}
-
-/// `p` with the user's home shown as `~`, so output reads the same on every machine.
-fn tilde(p: &std::path::Path) -> String {
-    match std::env::var_os("HOME").map(std::path::PathBuf::from) {
-        Some(h) if !h.as_os_str().is_empty() && p.starts_with(&h) => {
-            let rest = p.strip_prefix(&h).unwrap_or(p);
-            format!("~/{}", rest.display())
-        }
-        _ => p.display().to_string(),
-    }
-}
-
-/// `check --explain`: each role's expanded argv (templates unrendered) and where its
-/// usage is read from.
-pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
-    let mut out = format!("{}:\n", cfg.source.name);
-    let mut seen = Vec::new();
-    for node in &pipeline.nodes {
-        let Some(role) = node.spec.role() else {
-            continue;
-        };
-        if seen.contains(&role.value) {
-            continue;
-        }
-        seen.push(role.value.clone());
-        let agent = cfg.agent(&role.value);
-        let argv: Vec<String> = cfg
-            .command_for(&role.value)
-            .iter()
-            .map(|t| t.text.clone())
-            .collect();
-        let from = agent
-            .preset
-            .map_or(String::new(), |p| format!(" (preset {p})"));
-        out.push_str(&format!(
-            "  role {}{from}: {}\n",
-            role.value,
-            crate::node::show_argv(&argv)
-        ));
-        if agent.stdin_prompt {
-            out.push_str("    prompt: on stdin (the rendered prompt text)\n");
-        }
-        if !agent.env.is_empty() {
-            let names: Vec<&str> = agent.env.iter().map(|(k, _)| k.as_str()).collect();
-            out.push_str(&format!("    env: {}\n", names.join(", ")));
-        }
-        if !agent.sandbox_write.is_empty() {
-            let dirs: Vec<String> = agent.sandbox_write.iter().map(|p| tilde(p)).collect();
-            out.push_str(&format!("    may also write: {}\n", dirs.join(", ")));
-        }
-        let u = &agent.usage;
-        if !u.is_empty() {
-            let mut parts = vec![match u.format {
-                Some(crate::preset::OutputFormat::Jsonl) => "stdout as JSON lines".to_string(),
-                _ => "stdout as JSON".to_string(),
-            }];
-            if let Some(t) = &u.text {
-                parts.push(format!("answer at {t}"));
-            }
-            if let Some(c) = &u.cost_usd {
-                parts.push(format!("cost_usd = {}", c.join(" + ")));
-            }
-            if let Some(t) = &u.tokens {
-                parts.push(format!("tokens = {}", t.join(" + ")));
-            }
-            out.push_str(&format!("    usage: {}\n", parts.join("; ")));
-        }
-    }
-    let sb = &cfg.sandbox;
-    out.push_str(&match sb.mode {
-        crate::config::SandboxMode::Off => {
-            "  sandbox: off (agents may write anywhere your user can)\n".to_string()
-        }
-        mode => {
-            let mut may = vec![
-                "their working directory".to_string(),
-                "a private TMPDIR".to_string(),
-            ];
-            may.extend(sb.write.iter().map(|(p, _)| tilde(p)));
-            may.push("each preset's state dirs".into());
-            format!(
-                "  sandbox: {} ({}): agents may write only {}; network {}\n",
-                mode.as_str(),
-                crate::sandbox::kernel_summary(),
-                may.join(", "),
-                if sb.deny_network { "deny" } else { "allow" }
-            )
-        }
-    });
-    out
 }

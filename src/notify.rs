@@ -176,9 +176,12 @@ fn spawn(
     let mut env = env.to_vec();
     env.push(("PWD".into(), cwd.display().to_string()));
     let never = std::sync::atomic::AtomicBool::new(false);
+    // The user's own notifier, run by loopflow (no agent's): it inherits loopflow's
+    // whole environment (its webhook token, say) and runs unconfined.
     let done = crate::process::run(&crate::process::Spawn {
         argv,
         cwd,
+        base_env: None,
         env,
         stdin: Some(&event),
         stdout: dir.path().join("stdout"),
@@ -189,6 +192,7 @@ fn spawn(
         sandbox: None,
         on_spawn: None,
         on_poll: None,
+        refused: None,
     });
     match done.exit {
         Exit::Code(0) => Ok(()),

@@ -26,7 +26,10 @@ const POLL: Duration = Duration::from_millis(100);
 pub struct Spawn<'a> {
     pub argv: &'a [String],
     pub cwd: &'a Path,
-    /// Added to the inherited environment (`PWD`, `TMPDIR`, `LOOPFLOW_*`, a preset's).
+    /// What the child inherits of loopflow's environment: `None`, everything (the
+    /// user's own notifier); else exactly these (DESIGN §12: the tick's processes).
+    pub base_env: Option<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
+    /// Set on top (`PWD`, `TMPDIR`, `LOOPFLOW_*`, the proxy, a preset's settings).
     pub env: Vec<(String, String)>,
     /// A file fed on stdin (the prompt, for agents that read it there); else /dev/null.
     pub stdin: Option<&'a Path>,
@@ -42,6 +45,8 @@ pub struct Spawn<'a> {
     pub on_spawn: Option<&'a (dyn Fn(u32) + Sync)>,
     /// Called at every poll while the child runs (the tick watches its state file).
     pub on_poll: Option<&'a (dyn Fn() + Sync)>,
+    /// Where the connections the sandbox refused are told (`host:port`), at the end.
+    pub refused: Option<&'a std::sync::Mutex<Vec<String>>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -175,6 +180,9 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
     // spawn. `process_group` keeps std on its posix_spawn fast path, and the sandbox is
     // entered by a short-lived spawning thread, not a pre_exec hook, for the same reason.
     let mut cmd = std::process::Command::new(program);
+    if let Some(base) = &spec.base_env {
+        cmd.env_clear().envs(base.iter().map(|(k, v)| (k, v)));
+    }
     cmd.args(args)
         .current_dir(spec.cwd)
         .stdin(stdin)
@@ -191,9 +199,9 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
     let mut tracking = tracked().lock().unwrap_or_else(|e| e.into_inner());
     let spawned = match spec.sandbox {
         Some(s) => s.spawn_via_thread(&mut cmd),
-        None => cmd.spawn(),
+        None => cmd.spawn().map(|c| (c, None)),
     };
-    let child = match spawned {
+    let (child, supervisor) = match spawned {
         Ok(c) => c,
         Err(e) => {
             let why = match e.kind() {
@@ -262,6 +270,13 @@ pub fn run(spec: &Spawn<'_>) -> Finished {
     waiting.finish();
     if let Ok(mut t) = tracked().lock() {
         t.remove(&pgid);
+    }
+    // Its processes are gone (or detached, to be reaped): from now on a connect they try
+    // fails, as the supervisor is dropped.
+    if let (Some(sup), Some(out)) = (supervisor, spec.refused) {
+        out.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(sup.take_refused());
     }
     Finished {
         exit: outcome,

@@ -91,6 +91,9 @@ pub struct Review {
     pub next: Vec<String>,
     /// Why something could not be shown (not a git repository, no branch, …).
     pub notes: Vec<String>,
+    /// Connections the sandbox refused (`<node>: <host>:<port>`), each once, from the
+    /// log: what an agent tried to reach beyond its hosts (DESIGN §12).
+    pub network_refused: Vec<String>,
 }
 
 /// The loop's branch name.
@@ -295,6 +298,7 @@ pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Result<Review, S
         last_approval,
         next: Vec::new(),
         notes: Vec::new(),
+        network_refused: network_refused(&paths.log),
     };
     if let Err(note) = fill_git(&mut r, paths, &wt, state, patch) {
         r.notes.push(note);
@@ -581,6 +585,15 @@ pub fn render(r: &Review) -> String {
         count(r.spent.tokens),
         seconds(r.spent.seconds)
     );
+    if !r.network_refused.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nnetwork refused (hosts not in the loop's or the agent's `hosts`)"
+        );
+        for n in &r.network_refused {
+            let _ = writeln!(o, "  {}", printable(n));
+        }
+    }
     for n in &r.notes {
         let _ = writeln!(o, "note: {}", printable(n));
     }
@@ -596,4 +609,24 @@ pub fn render(r: &Review) -> String {
 /// The review as JSON.
 pub fn to_json(r: &Review) -> Value {
     serde_json::to_value(r).unwrap_or(Value::Null)
+}
+
+/// The log's `WARN node=<id> msg="network refused: <host>:<port>"` lines, as
+/// `<id>: <host>:<port>`, each once, in the order first seen.
+fn network_refused(log: &Path) -> Vec<String> {
+    let text = crate::fs_safe::read_to_string(log).unwrap_or_default();
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let Some((_, rest)) = line.split_once(" WARN node=") else {
+            continue;
+        };
+        let Some((node, msg)) = rest.split_once(" msg=\"network refused: ") else {
+            continue;
+        };
+        let what = format!("{node}: {}", msg.trim_end_matches('"'));
+        if !out.contains(&what) {
+            out.push(what);
+        }
+    }
+    out
 }

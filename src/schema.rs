@@ -149,8 +149,11 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(rename_all = "lowercase")]
     pub enum NetworkPolicy {
-        Allow,
+        Hosts,
         Deny,
+        Open,
+        /// The old name of `open`.
+        Allow,
     }
 
     /// How spawned processes are confined (DESIGN §12).
@@ -163,8 +166,17 @@ pub mod files {
         pub mode: Option<SandboxMode>,
         /// Extra paths spawned processes may write (absolute, or under `~/`).
         pub write: Option<Vec<String>>,
-        /// deny: no TCP connections or listening sockets.
+        /// Extra paths spawned processes may read (absolute, or under `~/`).
+        pub read: Option<Vec<String>>,
+        /// More variables of loopflow's environment passed to spawned processes (`NAME`,
+        /// `PREFIX*`; `"*"` passes everything).
+        pub env: Option<Vec<String>>,
+        /// hosts: only the agents' API hosts and `hosts`, through the tick's proxy
+        /// (default); deny: no network; open: unconfined.
         pub network: Option<NetworkPolicy>,
+        /// More hosts reachable under `network = "hosts"`: `host`, `*.suffix`,
+        /// `host:port`.
+        pub hosts: Option<Vec<String>>,
     }
 
     /// Defaults for every loop of a project (`.loopflow/config.toml`); a loop's own

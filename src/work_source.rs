@@ -200,9 +200,13 @@ impl<'a> WorkSourceReader<'a> {
         } else {
             self.paths.project.clone()
         };
+        // Confined like the agents: it sees the tick's environment, not loopflow's.
+        let sb = &self.config.sandbox;
+        let environ = crate::environ::Environ::new(sb, sb.mode != crate::config::SandboxMode::Off);
         let done = crate::process::run(&crate::process::Spawn {
             argv: &argv,
             cwd: &cwd,
+            base_env: Some(environ.pick(&[])),
             env: vec![
                 ("LOOPFLOW_LOOP".into(), self.paths.name.clone()),
                 (
@@ -219,6 +223,7 @@ impl<'a> WorkSourceReader<'a> {
             sandbox: self.sandbox,
             on_spawn: None,
             on_poll: None,
+            refused: None,
         });
         let lossy = |p: &Path| {
             crate::fs_safe::head(p, crate::fs_safe::TEXT_MAX)

@@ -31,7 +31,14 @@ pub struct Agent {
     pub role_args: Vec<Tmpl>,
     /// The rendered prompt goes to the agent's stdin.
     pub stdin_prompt: bool,
-    pub env: Vec<(String, Tmpl)>,
+    /// Set for the agent (the preset's `set_env`).
+    pub set_env: Vec<(String, Tmpl)>,
+    /// Passed from loopflow's environment (the preset's `env`; `*` ends a prefix).
+    pub pass_env: Vec<String>,
+    /// Reachable under `network = "hosts"` (the preset's `hosts`).
+    pub hosts: Vec<String>,
+    /// Readable (the preset's `sandbox_read`, `~/` expanded).
+    pub sandbox_read: Vec<std::path::PathBuf>,
     /// The agent's state directories (`~/` expanded), writable in the sandbox.
     pub sandbox_write: Vec<std::path::PathBuf>,
     pub usage: UsageRule,
@@ -123,7 +130,17 @@ pub(super) fn resolve(
             .and_then(|p| p.role_args.get(role).cloned())
             .unwrap_or_default(),
         stdin_prompt: preset.is_some_and(|p| p.stdin_prompt),
-        env: preset.map(|p| p.env.clone()).unwrap_or_default(),
+        set_env: preset.map(|p| p.set_env.clone()).unwrap_or_default(),
+        pass_env: preset.map(|p| p.env.clone()).unwrap_or_default(),
+        hosts: preset.map(|p| p.hosts.clone()).unwrap_or_default(),
+        sandbox_read: preset
+            .map(|p| {
+                p.sandbox_read
+                    .iter()
+                    .map(|s| super::sandbox::expand_home(s))
+                    .collect()
+            })
+            .unwrap_or_default(),
         sandbox_write: preset
             .map(|p| {
                 p.sandbox_write

@@ -15,14 +15,14 @@ mod brakes;
 mod json_origin;
 pub mod notify;
 mod project;
-mod sandbox;
+pub mod sandbox;
 mod work_source;
 
 pub use agent::{Agent, AgentKeys, DEFAULT_PRESET};
 pub use brakes::{Brakes, HARD_CONTEXT_FLOOR};
 pub use notify::Notify;
 pub use project::{ProjectConfig, is_project_config};
-pub use sandbox::{SandboxConfig, SandboxMode};
+pub use sandbox::{Network, SandboxConfig, SandboxMode};
 pub use work_source::WorkSource;
 
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! `[sandbox]` (DESIGN §12): how spawned processes are confined. `mode` says what to do
-//! when the kernel cannot confine them, `write` widens what they may write, `network`
-//! can deny TCP.
+//! when the kernel cannot confine them, `write` and `read` widen what they may write and
+//! read, `env` what they see of loopflow's environment, `network` and `hosts` what they
+//! may reach.
 
 use std::path::PathBuf;
 
@@ -29,13 +30,42 @@ impl SandboxMode {
     }
 }
 
+/// What spawned processes may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Network {
+    /// Only the preset's and the loop's `hosts`, through the tick's proxy.
+    #[default]
+    Hosts,
+    /// No network at all.
+    Deny,
+    /// Unconfined (`"allow"` is its old name).
+    Open,
+}
+
+impl Network {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::Hosts => "hosts",
+            Network::Deny => "deny",
+            Network::Open => "open",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct SandboxConfig {
     pub mode: SandboxMode,
     /// Extra writable paths (`~/` expanded), as written, with their spans.
     pub write: Vec<(PathBuf, Str)>,
-    /// `network = "deny"`: no TCP connect or bind.
-    pub deny_network: bool,
+    /// Extra readable paths (`~/` expanded), as written, with their spans.
+    pub read: Vec<(PathBuf, Str)>,
+    /// More environment variables passed to spawned processes.
+    pub env: Vec<String>,
+    /// `env = ["*"]`: all of loopflow's environment is passed.
+    pub env_all: bool,
+    pub network: Network,
+    /// More reachable hosts (`host`, `*.suffix`, `host:port`), checked.
+    pub hosts: Vec<String>,
 }
 
 /// A preset's state directory (`sandbox_write`) where its agent will write: `~/x` under
@@ -98,7 +128,7 @@ pub(super) fn read(t: Option<Table<'_, '_>>, diags: &mut Diagnostics) -> Sandbox
     let Some(t) = t else {
         return SandboxConfig::default();
     };
-    t.deny_unknown(&["mode", "write", "network"], diags);
+    t.deny_unknown(&["mode", "write", "read", "env", "network", "hosts"], diags);
     let mode = match t.str("mode", diags) {
         None => SandboxMode::Auto,
         Some(s) => match s.value.as_str() {
@@ -115,8 +145,104 @@ pub(super) fn read(t: Option<Table<'_, '_>>, diags: &mut Diagnostics) -> Sandbox
             }
         },
     };
-    let write = t
-        .str_list("write", diags)
+    let write = paths(&t, "write", diags);
+    let read = paths(&t, "read", diags);
+    let mut env_all = false;
+    let env = t
+        .str_list("env", diags)
+        .map(|(v, _)| {
+            v.into_iter()
+                .filter_map(|s| {
+                    if s.value == "*" {
+                        env_all = true;
+                        return None;
+                    }
+                    if valid_env_name(&s.value) {
+                        return Some(s.value);
+                    }
+                    diags.push(
+                        Diagnostic::error(
+                            Code::InvalidValue,
+                            t.source,
+                            s.span.clone(),
+                            format!("`sandbox.env` entry `{}` is not a variable name", s.value),
+                        )
+                        .label("not a name")
+                        .help("name a variable (letters, digits, `_`; e.g. \"MY_TOKEN\"), or \"*\" to pass all of loopflow's environment"),
+                    );
+                    None
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let hosts = t
+        .str_list("hosts", diags)
+        .map(|(v, _)| {
+            v.into_iter()
+                .filter_map(|s| match crate::sandbox::proxy::Allow::parse(&[&s.value]) {
+                    Ok(_) => Some(s.value),
+                    Err(why) => {
+                        diags.push(
+                            Diagnostic::error(
+                                Code::InvalidValue,
+                                t.source,
+                                s.span.clone(),
+                                format!("`sandbox.hosts` entry `{}`: {why}", s.value),
+                            )
+                            .label("not a host")
+                            .help("write a host name (\"crates.io\"), a wildcard (\"*.crates.io\") or a host and port (\"127.0.0.1:8080\"), without a scheme or path"),
+                        );
+                        None
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let network = match t.str("network", diags) {
+        None => Network::Hosts,
+        Some(s) => match s.value.as_str() {
+            "hosts" => Network::Hosts,
+            "deny" => Network::Deny,
+            "open" | "allow" => Network::Open,
+            other => {
+                diags.push(
+                    Diagnostic::error(
+                        Code::InvalidValue,
+                        t.source,
+                        s.span,
+                        format!("`sandbox.network` cannot be `{other}`"),
+                    )
+                    .label("not a network policy")
+                    .help("use \"hosts\" (only the agent's API and `hosts`; the default), \"deny\" (no network) or \"open\" (unconfined)"),
+                );
+                Network::Hosts
+            }
+        },
+    };
+    SandboxConfig {
+        mode,
+        write,
+        read,
+        env,
+        env_all,
+        network,
+        hosts,
+    }
+}
+
+/// A POSIX-ish environment variable name (what a shell could export), or such a prefix
+/// followed by `*` (`OTEL_*`).
+pub fn valid_env_name(s: &str) -> bool {
+    let s = s.strip_suffix('*').unwrap_or(s);
+    let mut b = s.bytes();
+    b.next()
+        .is_some_and(|c| c == b'_' || c.is_ascii_alphabetic())
+        && b.all(|c| c == b'_' || c.is_ascii_alphanumeric())
+}
+
+/// `[sandbox] write` or `read`: absolute paths (or under `~/`).
+fn paths(t: &Table<'_, '_>, key: &str, diags: &mut Diagnostics) -> Vec<(PathBuf, Str)> {
+    t.str_list(key, diags)
         .map(|(v, _)| {
             v.into_iter()
                 .filter_map(|s| {
@@ -129,7 +255,7 @@ pub(super) fn read(t: Option<Table<'_, '_>>, diags: &mut Diagnostics) -> Sandbox
                                 Code::InvalidValue,
                                 t.source,
                                 s.span.clone(),
-                                format!("`sandbox.write` path `{}` is not absolute", s.value),
+                                format!("`sandbox.{key}` path `{}` is not absolute", s.value),
                             )
                             .label("relative path")
                             .help("write an absolute path or one under `~/`, e.g. \"~/.cache/my-tool\""),
@@ -139,32 +265,7 @@ pub(super) fn read(t: Option<Table<'_, '_>>, diags: &mut Diagnostics) -> Sandbox
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    let deny_network = match t.str("network", diags) {
-        None => false,
-        Some(s) => match s.value.as_str() {
-            "allow" => false,
-            "deny" => true,
-            other => {
-                diags.push(
-                    Diagnostic::error(
-                        Code::InvalidValue,
-                        t.source,
-                        s.span,
-                        format!("`sandbox.network` cannot be `{other}`"),
-                    )
-                    .label("not a network policy")
-                    .help("use \"allow\" (the default) or \"deny\" (no TCP connections)"),
-                );
-                false
-            }
-        },
-    };
-    SandboxConfig {
-        mode,
-        write,
-        deny_network,
-    }
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

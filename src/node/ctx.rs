@@ -97,6 +97,15 @@ pub struct Spawn<'a> {
     pub env: Vec<(String, String)>,
     /// Paths it needs to write besides the loop's own (an agent's state directories).
     pub write: Vec<PathBuf>,
+    /// Paths it needs to read besides the loop's own (a preset's `sandbox_read`).
+    pub read: Vec<PathBuf>,
+    /// Variables of loopflow's environment it sees beyond the tick's (a preset's `env`).
+    pub pass_env: Vec<String>,
+    /// Hosts it may reach beyond the loop's (a preset's `hosts`).
+    pub hosts: Vec<String>,
+    /// An agent the user's own `command` runs (no preset): told which agents' keys
+    /// it does not see.
+    pub own_agent: bool,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
 }

@@ -68,8 +68,15 @@ pub struct Preset {
     pub role_args: IndexMap<String, Vec<Tmpl>>,
     /// The rendered prompt goes to the agent's stdin.
     pub stdin_prompt: bool,
-    /// Environment for the agent (templates, like the argv).
-    pub env: Vec<(String, Tmpl)>,
+    /// Environment set for the agent (templates, like the argv): `set_env`.
+    pub set_env: Vec<(String, Tmpl)>,
+    /// Variables of loopflow's environment the agent sees (its keys and endpoints; a
+    /// trailing `*` is a prefix): `env`.
+    pub env: Vec<String>,
+    /// What it may reach under `network = "hosts"` (its model API).
+    pub hosts: Vec<String>,
+    /// Paths (`~/` is the home directory) it reads but never writes.
+    pub sandbox_read: Vec<String>,
     /// Directories the agent keeps its state in (`~/` is the home directory): writable
     /// in the sandbox, created if missing.
     pub sandbox_write: Vec<String>,
@@ -156,7 +163,10 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
             "command",
             "model_args",
             "stdin",
+            "set_env",
             "env",
+            "hosts",
+            "sandbox_read",
             "sandbox_write",
             "install",
             "secrets",
@@ -170,8 +180,8 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
     let stdin_prompt = root
         .str("stdin", diags)
         .is_some_and(|s| s.value == "prompt");
-    let env = root
-        .table("env", diags)
+    let set_env = root
+        .table("set_env", diags)
         .map(|t| {
             t.scalars(diags)
                 .into_iter()
@@ -188,6 +198,9 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
             .unwrap_or_default()
     };
     let sandbox_write = strings("sandbox_write", diags);
+    let sandbox_read = strings("sandbox_read", diags);
+    let env = strings("env", diags);
+    let hosts = strings("hosts", diags);
     let secrets = strings("secrets", diags);
     let install = root.str("install", diags).map(|s| s.value);
     let mut role_args = IndexMap::new();
@@ -208,7 +221,10 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
         model_args,
         role_args,
         stdin_prompt,
+        set_env,
         env,
+        hosts,
+        sandbox_read,
         sandbox_write,
         install,
         secrets,
@@ -238,6 +254,15 @@ mod tests {
                 p.model_args.iter().any(|t| t.text.contains("{{model}}")),
                 "{name} cannot select a model"
             );
+            // Its secrets are among what it sees, and it can reach some API host.
+            for k in &p.secrets {
+                assert!(p.env.contains(k), "{name}: secret {k} is not in its env");
+            }
+            assert!(!p.hosts.is_empty(), "{name} reaches no host");
+            for v in &p.env {
+                assert!(crate::config::sandbox::valid_env_name(v), "{name}: env {v}");
+            }
+            crate::sandbox::proxy::Allow::parse(&p.hosts).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
     }
 

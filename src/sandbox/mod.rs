@@ -8,9 +8,10 @@
 //! [`std::process::Command`]s ([`Prepared::spawn_via_thread`]).
 //!
 //! Backends:
-//! * [`LandlockSandbox`] (Linux): Landlock write confinement, signal and
-//!   abstract-unix-socket scoping, optional TCP deny. Reads and execution stay
-//!   open everywhere.
+//! * [`LandlockSandbox`] (Linux): Landlock read and write confinement, signal
+//!   and abstract-unix-socket scoping, TCP only to the tick's proxy (or none), and
+//!   a seccomp filter for the sockets Landlock does not cover ([`seccomp`]).
+//!   Execution stays open wherever reading is.
 //! * [`NoSandbox`]: enforces nothing and says so (other OSes, or opt-out).
 //!   A macOS Seatbelt backend would slot in next to these: its `Prepared` would
 //!   spawn `sandbox-exec -p <profile> -- program` instead of restricting a thread.
@@ -25,6 +26,21 @@ use std::sync::Arc;
 mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::LandlockSandbox;
+pub mod proxy;
+#[cfg(target_os = "linux")]
+pub mod seccomp;
+
+/// What a confined process may do with the network.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Net {
+    /// Unconfined.
+    #[default]
+    Open,
+    /// No socket beyond local pipes.
+    Deny,
+    /// TCP to this address (the tick's proxy) and nothing else.
+    Proxy(std::net::SocketAddr),
+}
 
 /// Devices a sandboxed process may open for writing (and `ioctl`) by default.
 ///
@@ -39,6 +55,26 @@ pub const DEFAULT_DEVICES: &[&str] = &[
     "/dev/pts",
 ];
 
+/// What every confined process may read of the system (with `confine_reads`): the
+/// programs, libraries, configuration and devices; `/run/systemd/resolve` because
+/// `/etc/resolv.conf` links there. Plus the non-process entries of `/proc` (Linux).
+pub const SYSTEM_READS: &[&str] = &[
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/bin",
+    "/sbin",
+    "/etc",
+    "/opt",
+    "/sys",
+    "/dev",
+    "/nix/store",
+    "/snap",
+    "/run/systemd/resolve",
+];
+
 /// What to do when the kernel cannot enforce part of the policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -51,7 +87,8 @@ pub enum Mode {
 }
 
 /// What a sandboxed process may do. Everything not listed as writable is
-/// read-only (reads and exec are allowed everywhere).
+/// read-only; with `confine_reads`, everything not listed as readable (or
+/// writable) cannot be opened at all.
 ///
 /// Paths are resolved (and symlinks followed) when the policy is prepared,
 /// relative to the parent's current directory. A path that does not exist at
@@ -70,8 +107,11 @@ pub struct Policy {
     /// Device nodes (or device directories such as `/dev/pts`) that may be
     /// opened for writing and `ioctl`ed. Defaults to [`DEFAULT_DEVICES`].
     pub devices: Vec<PathBuf>,
-    /// Deny TCP `connect` and `bind` (and UDP on Landlock ABI >= 10).
-    pub network_deny: bool,
+    /// Trees (or single files) that may be read, listed and executed.
+    pub read_dirs: Vec<PathBuf>,
+    /// Reads are an allowlist: `read_dirs`, the writable paths and the devices.
+    pub confine_reads: bool,
+    pub net: Net,
     /// Forbid connecting to abstract UNIX sockets created outside the sandbox
     /// (X11, some D-Bus setups, ...). Default: true.
     pub scope_abstract_unix: bool,
@@ -84,7 +124,9 @@ impl Default for Policy {
             write_dirs: Vec::new(),
             write_files: Vec::new(),
             devices: DEFAULT_DEVICES.iter().map(PathBuf::from).collect(),
-            network_deny: false,
+            read_dirs: Vec::new(),
+            confine_reads: false,
+            net: Net::Open,
             scope_abstract_unix: true,
             mode: Mode::BestEffort,
         }
@@ -103,9 +145,21 @@ impl Policy {
         self.write_files.push(p.into());
         self
     }
-    pub fn network_deny(mut self, deny: bool) -> Self {
-        self.network_deny = deny;
+    pub fn read_dir(mut self, p: impl Into<PathBuf>) -> Self {
+        self.read_dirs.push(p.into());
         self
+    }
+    pub fn net(mut self, net: Net) -> Self {
+        self.net = net;
+        self
+    }
+    /// `net(Net::Deny)` when `deny`, else open.
+    #[cfg(test)]
+    pub fn network_deny(self, deny: bool) -> Self {
+        self.net(if deny { Net::Deny } else { Net::Open })
+    }
+    fn network_limited(&self) -> bool {
+        self.net != Net::Open
     }
     pub fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
@@ -123,6 +177,8 @@ pub struct Enforced {
     pub abi: u32,
     /// Writes are confined to the policy's paths (Landlock ABI >= 1).
     pub files: bool,
+    /// Reads are confined to the policy's paths (Landlock ABI >= 1, if asked).
+    pub reads: bool,
     /// Cross-directory rename/link is governed by the rules (ABI >= 2). When
     /// `files && !refer`, such renames/links are *always* denied (EXDEV),
     /// even between allowed dirs: more restrictive, not less.
@@ -142,6 +198,9 @@ pub struct Enforced {
     pub network_tcp: bool,
     /// UDP bind/connect/send are denied (ABI >= 10, only if requested).
     pub network_udp: bool,
+    /// The seccomp socket filter (no UDP, raw, packet or unix sockets; connect
+    /// decided by loopflow) is installed (only if the network is limited).
+    pub socket_filter: bool,
     /// `PR_SET_NO_NEW_PRIVS` is set in the child (setuid bits are ignored).
     pub no_new_privs: bool,
     /// Policy paths that did not exist at prepare time and got no rule.
@@ -153,6 +212,7 @@ impl fmt::Display for Enforced {
         write!(f, "{} abi={}", self.backend, self.abi)?;
         let flags = [
             ("files", self.files),
+            ("reads", self.reads),
             ("refer", self.refer),
             ("truncate", self.truncate),
             ("ioctl-dev", self.ioctl_dev),
@@ -160,6 +220,7 @@ impl fmt::Display for Enforced {
             ("abstract-unix", self.abstract_unix),
             ("net-tcp", self.network_tcp),
             ("net-udp", self.network_udp),
+            ("socket-filter", self.socket_filter),
             ("no-new-privs", self.no_new_privs),
         ];
         for (name, on) in flags {
@@ -179,6 +240,11 @@ impl fmt::Display for Enforced {
 pub enum Shortfall {
     /// No write confinement at all.
     Files,
+    /// Reads are not confined (no Landlock).
+    Reads,
+    /// No seccomp user notification on this kernel: UDP, raw and unix sockets,
+    /// and TCP to any address on the proxy's port, stay possible.
+    SocketFilter,
     /// Truncation outside the allowed paths is not blocked (ABI < 3).
     Truncate,
     /// Cross-directory renames are always denied (ABI < 2); functional, not a hole.
@@ -203,7 +269,12 @@ impl Shortfall {
     pub fn is_required(&self) -> bool {
         matches!(
             self,
-            Shortfall::Files | Shortfall::Truncate | Shortfall::Signals | Shortfall::NetworkTcp
+            Shortfall::Files
+                | Shortfall::Reads
+                | Shortfall::Truncate
+                | Shortfall::Signals
+                | Shortfall::NetworkTcp
+                | Shortfall::SocketFilter
         )
     }
 }
@@ -212,6 +283,10 @@ impl fmt::Display for Shortfall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Shortfall::Files => f.write_str("writes are not confined (no Landlock)"),
+            Shortfall::Reads => f.write_str("reads are not confined (no Landlock)"),
+            Shortfall::SocketFilter => f.write_str(
+                "no seccomp socket filter (UDP, raw and unix sockets stay open; needs seccomp user notification, Linux >= 5.6)",
+            ),
             Shortfall::Truncate => {
                 f.write_str("truncate outside allowed paths is not blocked (Landlock ABI < 3)")
             }
@@ -225,11 +300,9 @@ impl fmt::Display for Shortfall {
             Shortfall::AbstractUnix => f.write_str(
                 "abstract unix sockets outside the sandbox reachable (Landlock ABI < 6)",
             ),
-            Shortfall::NetworkTcp => {
-                f.write_str("network=deny but TCP is not blocked (Landlock ABI < 4)")
-            }
+            Shortfall::NetworkTcp => f.write_str("TCP is not confined (Landlock ABI < 4)"),
             Shortfall::NetworkUdp => {
-                f.write_str("network=deny but UDP is not blocked (Landlock ABI < 10)")
+                f.write_str("UDP is not confined by Landlock (ABI < 10; the socket filter covers it)")
             }
             Shortfall::SkippedPath(p) => write!(f, "path {} does not exist, no rule", p.display()),
         }
@@ -269,9 +342,9 @@ pub fn kernel_summary() -> String {
         match LandlockSandbox::kernel_abi() {
             0 => "this kernel has no Landlock: agents run unconfined (mode \"auto\" warns each tick, \"enforce\" runs none)".into(),
             abi => {
-                let mut what = vec!["writes"];
+                let mut what = vec!["reads", "writes"];
                 if abi >= 4 {
-                    what.push("TCP (network = \"deny\")");
+                    what.push("TCP");
                 }
                 if abi >= 6 {
                     what.push("signals");
@@ -315,14 +388,26 @@ impl Sandbox for NoSandbox {
     }
 }
 
+/// What decides a confined process tree's `connect` calls (nothing on other OSes).
+#[cfg(target_os = "linux")]
+pub type Supervisor = seccomp::Supervisor;
+#[cfg(not(target_os = "linux"))]
+pub struct Supervisor;
+#[cfg(not(target_os = "linux"))]
+impl Supervisor {
+    pub fn take_refused(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
 /// How the child gets confined.
 #[derive(Clone, Debug)]
 pub(crate) enum Hook {
     None,
-    /// Landlock ruleset fd (`O_CLOEXEC`), shared by every command built from
-    /// this `Prepared`. Each spawn gets its own Landlock domain.
+    /// Landlock ruleset fd (`O_CLOEXEC`) and the socket filter, shared by every
+    /// command built from this `Prepared`. Each spawn gets its own Landlock domain.
     #[cfg(target_os = "linux")]
-    Landlock(Arc<std::os::fd::OwnedFd>),
+    Landlock(Arc<linux::Confiner>),
 }
 
 /// A prepared sandbox: cheap to clone, reusable for any number of spawns
@@ -376,11 +461,15 @@ impl Prepared {
     ///
     /// Note: std sets up `Stdio::null()` in the spawning thread, i.e. inside
     /// the sandbox: it needs `/dev/null` in [`Policy::devices`] (default).
-    pub fn spawn_via_thread(&self, cmd: &mut Command) -> io::Result<Child> {
+    ///
+    /// Under [`Net::Proxy`] the child's `connect` calls are decided by the returned
+    /// [`Supervisor`]: keep it while the child (and what it started) may run, and
+    /// read what it refused from it.
+    pub fn spawn_via_thread(&self, cmd: &mut Command) -> io::Result<(Child, Option<Supervisor>)> {
         match &self.hook {
-            Hook::None => cmd.spawn(),
+            Hook::None => Ok((cmd.spawn()?, None)),
             #[cfg(target_os = "linux")]
-            Hook::Landlock(fd) => linux::spawn_via_thread(cmd, fd),
+            Hook::Landlock(h) => linux::spawn_via_thread(cmd, h),
         }
     }
 }
@@ -389,6 +478,9 @@ pub(crate) fn compute_shortfalls(policy: &Policy, e: &Enforced) -> Vec<Shortfall
     let mut v = Vec::new();
     if !e.files {
         v.push(Shortfall::Files);
+        if policy.confine_reads {
+            v.push(Shortfall::Reads);
+        }
     } else {
         if !e.truncate {
             v.push(Shortfall::Truncate);
@@ -406,12 +498,15 @@ pub(crate) fn compute_shortfalls(policy: &Policy, e: &Enforced) -> Vec<Shortfall
     if policy.scope_abstract_unix && !e.abstract_unix {
         v.push(Shortfall::AbstractUnix);
     }
-    if policy.network_deny {
+    if policy.network_limited() {
         if !e.network_tcp {
             v.push(Shortfall::NetworkTcp);
         }
-        if !e.network_udp {
+        if !e.network_udp && !e.socket_filter {
             v.push(Shortfall::NetworkUdp);
+        }
+        if !e.socket_filter {
+            v.push(Shortfall::SocketFilter);
         }
     }
     v.extend(e.skipped.iter().cloned().map(Shortfall::SkippedPath));

@@ -1,13 +1,17 @@
-//! What a tick's processes may write (DESIGN §12): the loop's working directory (its
-//! worktree; with worktrees off, each existing top-level entry of the project but `.git`
-//! and `.loopflow`), the tick's private `TMPDIR`, `/dev/null`-like devices, the paths in
-//! `[sandbox] write` and the agent's own state directories. Nothing else — not the loop's
-//! state, log, lock or config, not the repository's `.git`.
+//! What a tick's processes may write, read and reach (DESIGN §12). Writes: the loop's
+//! working directory (its worktree; with worktrees off, each existing top-level entry of
+//! the project but `.git` and `.loopflow`), the tick's private `TMPDIR`, `/dev/null`-like
+//! devices, the paths in `[sandbox] write` and the agent's own state directories. Nothing
+//! else — not the loop's state, log, lock or config, not the repository's `.git`. Reads:
+//! the system, what they may write, the repository's common `.git`, the loop's
+//! `outputs/` (prompts), the toolchains, the preset's and the loop's `read` — nothing
+//! else of the home directory, the main checkout or other processes. Network: TCP to the
+//! spawn's proxy (`hosts`), none (`deny`) or any (`open`).
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{LoopConfig, SandboxMode};
-use crate::sandbox::{Mode, Policy, Prepared, Sandbox, SandboxError, Shortfall};
+use crate::config::{LoopConfig, Network, SandboxMode};
+use crate::sandbox::{Mode, Net, Policy, Prepared, Sandbox, SandboxError, Shortfall};
 
 /// The sandbox of one tick: the backend, the policy every spawn starts from, and what
 /// the kernel gives for it.
@@ -26,6 +30,8 @@ pub struct Confinement {
 
 struct Reused {
     extra: Vec<PathBuf>,
+    read: Vec<PathBuf>,
+    net: Net,
     prepared: Prepared,
     ids: Vec<Option<(u64, u64)>>,
 }
@@ -37,6 +43,7 @@ fn identities(p: &Policy) -> Vec<Option<(u64, u64)>> {
         .iter()
         .chain(&p.write_files)
         .chain(&p.devices)
+        .chain(&p.read_dirs)
         .map(|f| {
             let m = std::fs::metadata(f).ok()?;
             #[cfg(unix)]
@@ -64,8 +71,15 @@ pub enum Verdict {
 }
 
 impl Confinement {
-    /// The tick's confinement. `cwd` is where agents work, `tmp` the tick's `TMPDIR`.
-    pub fn new(config: &LoopConfig, project: &Path, cwd: &Path, tmp: &Path) -> Confinement {
+    /// The tick's confinement. `cwd` is where agents work, `tmp` the tick's `TMPDIR`,
+    /// `outputs` the loop's `outputs/` (where their prompts are).
+    pub fn new(
+        config: &LoopConfig,
+        project: &Path,
+        cwd: &Path,
+        tmp: &Path,
+        outputs: &Path,
+    ) -> Confinement {
         let mode = config.sandbox.mode;
         if mode == SandboxMode::Off {
             return Confinement {
@@ -76,7 +90,12 @@ impl Confinement {
             };
         }
         let mut base = Policy::new()
-            .network_deny(config.sandbox.deny_network)
+            .net(match config.sandbox.network {
+                Network::Open => Net::Open,
+                Network::Deny => Net::Deny,
+                // The spawn's own proxy: the address is filled in per spawn.
+                Network::Hosts => Net::Proxy(([127, 0, 0, 1], 0).into()),
+            })
             .mode(if mode == SandboxMode::Enforce {
                 Mode::Enforce
             } else {
@@ -96,6 +115,24 @@ impl Confinement {
         }
         for (p, _) in &config.sandbox.write {
             base = base.write_dir(p.clone());
+        }
+        base.confine_reads = true;
+        base = base.read_dir(cwd).read_dir(outputs);
+        if !config.worktree {
+            base = base.read_dir(project);
+        }
+        if let Some(git) = common_git_dir(cwd).or_else(|| common_git_dir(project)) {
+            base = base.read_dir(git);
+        }
+        for (p, _) in &config.sandbox.read {
+            base = base.read_dir(p.clone());
+        }
+        // loopflow itself (`command` nodes and audits run `loopflow drift`, say).
+        if let Ok(exe) = std::env::current_exe() {
+            base = base.read_dir(exe);
+        }
+        for p in toolchains(project) {
+            base = base.read_dir(p);
         }
         let real = |p: &Path| {
             p.canonicalize()
@@ -164,18 +201,20 @@ impl Confinement {
             .chain(&self.base.write_files)
             .map(|p| p.display().to_string())
             .collect();
-        let net = if self.base.network_deny {
-            "no TCP"
-        } else {
-            "network open"
+        let net = match self.base.net {
+            Net::Open => "network open",
+            Net::Deny => "no network",
+            Net::Proxy(_) => "network only through the tick's proxy to the allowed hosts",
         };
         let enforced = match b.prepare(&self.base) {
             Ok(p) => {
                 let e = p.enforced();
                 let on: Vec<&str> = [
                     ("writes", e.files),
+                    ("reads", e.reads),
                     ("signals", e.signals),
                     ("TCP", e.network_tcp),
+                    ("sockets", e.socket_filter),
                 ]
                 .iter()
                 .filter(|(_, on)| *on)
@@ -190,7 +229,7 @@ impl Confinement {
             Err(e) => format!("unavailable ({e})"),
         };
         format!(
-            "sandbox {enforced}: processes write only {} (+ the agent's state dirs); {net}",
+            "sandbox {enforced}: processes write only {} (+ the agent's state dirs), read only the system, the toolchains and what the loop needs; {net}",
             writes.join(", ")
         )
     }
@@ -201,9 +240,16 @@ impl Confinement {
     pub fn prepare_agent(
         &self,
         state_dirs: &[PathBuf],
+        read: &[PathBuf],
+        proxy: Option<std::net::SocketAddr>,
     ) -> (Result<Option<Prepared>, SandboxError>, Vec<PathBuf>) {
         let (granted, refused) = self.split_state_dirs(state_dirs);
-        (self.prepare(&granted), refused)
+        (self.prepare_with(&granted, read, proxy), refused)
+    }
+
+    /// Whether spawns need a proxy of their own (`network = "hosts"`, sandbox on).
+    pub fn proxied(&self) -> bool {
+        self.backend.is_some() && matches!(self.base.net, Net::Proxy(_))
     }
 
     /// The sandbox of one spawn: the tick's policy plus `extra` directories, which exist
@@ -213,6 +259,17 @@ impl Confinement {
     /// The ruleset of the previous call is reused when it was made for the same extra
     /// paths and every path of the policy is still the file it was then (one `stat` each).
     pub fn prepare(&self, extra: &[PathBuf]) -> Result<Option<Prepared>, SandboxError> {
+        self.prepare_with(extra, &[], None)
+    }
+
+    /// [`Confinement::prepare`] with more readable paths and, under `network =
+    /// "hosts"`, the spawn's proxy (`None`: no proxy, so no TCP at all).
+    pub fn prepare_with(
+        &self,
+        extra: &[PathBuf],
+        read: &[PathBuf],
+        proxy: Option<std::net::SocketAddr>,
+    ) -> Result<Option<Prepared>, SandboxError> {
         let Some(b) = &self.backend else {
             return Ok(None);
         };
@@ -220,10 +277,18 @@ impl Confinement {
         for d in extra {
             policy = policy.write_dir(d.clone());
         }
+        for d in read {
+            policy = policy.read_dir(d.clone());
+        }
+        if matches!(policy.net, Net::Proxy(_)) {
+            policy.net = proxy.map_or(Net::Deny, Net::Proxy);
+        }
         let ids = identities(&policy);
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(r) = last.as_ref()
             && r.extra == extra
+            && r.read == read
+            && r.net == policy.net
             && r.ids == ids
         {
             return Ok(Some(r.prepared.clone()));
@@ -231,6 +296,8 @@ impl Confinement {
         let prepared = b.prepare(&policy)?;
         *last = Some(Reused {
             extra: extra.to_vec(),
+            read: read.to_vec(),
+            net: policy.net,
             prepared: prepared.clone(),
             ids,
         });
@@ -264,4 +331,157 @@ fn top_level_entries(project: &Path) -> Vec<(PathBuf, bool)> {
         .collect();
     out.sort();
     out
+}
+
+/// The repository's common git directory, as git in `cwd` finds it, without running git:
+/// `cwd/.git` itself, or the directory a linked worktree's `.git` file names, up its
+/// `commondir` link.
+fn common_git_dir(cwd: &Path) -> Option<PathBuf> {
+    let dot = cwd.join(".git");
+    if dot.is_dir() {
+        return Some(dot);
+    }
+    let text = std::fs::read_to_string(&dot).ok()?;
+    let gitdir = PathBuf::from(text.strip_prefix("gitdir:")?.trim());
+    let gitdir = if gitdir.is_absolute() {
+        gitdir
+    } else {
+        cwd.join(gitdir)
+    };
+    let common = std::fs::read_to_string(gitdir.join("commondir"))
+        .map(|c| gitdir.join(c.trim()))
+        .unwrap_or(gitdir);
+    common.canonicalize().ok()
+}
+
+/// The toolchains a tick's processes run, where they exist: every `PATH` directory
+/// (and the prefix above a `bin`), the usual per-user toolchain homes, and what their
+/// location variables name; and the user's git configuration (`~/.gitconfig`,
+/// `~/.config/git`), without which git stops. Never the home directory itself or one
+/// above it. Of `~/.cargo` only what cargo runs from (its `credentials.toml` holds a
+/// registry token).
+fn toolchains(project: &Path) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut add = |p: PathBuf| {
+        let too_wide = p == Path::new("/")
+            || !p.is_absolute()
+            || project.starts_with(&p)
+            || home.as_ref().is_some_and(|h| h.starts_with(&p));
+        if !too_wide && p.exists() && !out.contains(&p) {
+            out.push(p);
+        }
+    };
+    if let Some(path) = std::env::var_os("PATH") {
+        for d in std::env::split_paths(&path) {
+            if d.file_name().is_some_and(|n| n == "bin")
+                && let Some(prefix) = d.parent()
+            {
+                add(prefix.to_path_buf());
+            }
+            if let Some(m) = node_modules(&d) {
+                add(m);
+            }
+            add(d);
+        }
+    }
+    let cargo = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".cargo")));
+    if let Some(c) = cargo {
+        for sub in ["bin", "registry", "git", "config.toml", "config", "env"] {
+            add(c.join(sub));
+        }
+    }
+    for var in [
+        "RUSTUP_HOME",
+        "GOPATH",
+        "GOROOT",
+        "NVM_DIR",
+        "PYENV_ROOT",
+        "JAVA_HOME",
+    ] {
+        if let Some(v) = std::env::var_os(var) {
+            add(PathBuf::from(v));
+        }
+    }
+    if let Some(h) = &home {
+        // git refuses to run at all when a config file it finds cannot be read.
+        for sub in [".gitconfig", ".config/git"] {
+            add(h.join(sub));
+        }
+        for sub in [
+            ".rustup",
+            ".npm",
+            ".nvm",
+            ".pyenv",
+            ".local/bin",
+            ".local/lib",
+            "go",
+            ".bun",
+            ".deno",
+        ] {
+            add(h.join(sub));
+        }
+    }
+    out
+}
+
+/// Where a program is installed, for reading: the `node_modules` its real path lies in
+/// (an npm package's files sit beside its link in `.bin`), else the prefix above its
+/// `bin`, else its directory. `None` for a program that is not found.
+pub fn install_prefix(
+    program: &str,
+    path: Option<&std::ffi::OsStr>,
+    project: &Path,
+) -> Vec<PathBuf> {
+    if program.contains('/') {
+        // A program named by its path (a script of the user's): the file itself, which
+        // its interpreter reads, and nothing beside it.
+        let f = PathBuf::from(program);
+        return f.canonicalize().map_or_else(|_| vec![f], |c| vec![c]);
+    }
+    let found = path.and_then(|p| {
+        std::env::split_paths(p)
+            .map(|d| d.join(program))
+            .find(|f| f.is_file())
+    });
+    let Some(found) = found else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for f in [Some(found.clone()), found.canonicalize().ok()]
+        .into_iter()
+        .flatten()
+    {
+        let Some(dir) = f.parent() else { continue };
+        let p = node_modules(dir).unwrap_or_else(|| {
+            match dir.file_name().is_some_and(|n| n == "bin") {
+                true => dir.parent().unwrap_or(dir).to_path_buf(),
+                false => dir.to_path_buf(),
+            }
+        });
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let too_wide = p == Path::new("/")
+            || project.starts_with(&p)
+            || home.is_some_and(|h| h.starts_with(&p));
+        if !too_wide && !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The outermost `node_modules` directory on `p`'s way down, if any.
+fn node_modules(p: &Path) -> Option<PathBuf> {
+    let mut acc = PathBuf::new();
+    for c in p.components() {
+        acc.push(c);
+        if c.as_os_str() == "node_modules" {
+            return Some(acc);
+        }
+    }
+    None
 }

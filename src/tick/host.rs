@@ -40,6 +40,10 @@ pub(super) struct Tick<'a> {
     /// The tick lock, which also records the process groups this tick spawns.
     pub lock: Option<&'a TickLock>,
     pub confine: Confinement,
+    /// What its processes see of loopflow's environment.
+    pub environ: crate::environ::Environ,
+    /// (node, what) pairs already warned about this tick: refused hosts, withheld keys.
+    pub warned: Mutex<std::collections::HashSet<(String, String)>>,
     /// The length of `.state.log` when the tick started: events after it are this tick's.
     pub log_start: u64,
     /// The files that steer the loop, with a digest of each at tick start.
@@ -61,6 +65,36 @@ pub(super) struct Tick<'a> {
 impl<'a> Tick<'a> {
     pub fn pipeline(&self) -> &'a Pipeline {
         &self.loaded.pipeline
+    }
+
+    /// Whether `what` is news for `node` this tick (each is said once).
+    fn first_time(&self, node: &str, what: &str) -> bool {
+        self.warned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((node.to_string(), what.to_string()))
+    }
+
+    /// The proxy of one spawn, under `network = "hosts"` with the sandbox on: the loop's
+    /// `hosts` and the agent's.
+    fn start_proxy(
+        &self,
+        agent_hosts: &[String],
+    ) -> std::io::Result<Option<crate::sandbox::proxy::Proxy>> {
+        if !self.confine.proxied() {
+            return Ok(None);
+        }
+        let hosts: Vec<&str> = self
+            .loaded
+            .config
+            .sandbox
+            .hosts
+            .iter()
+            .chain(agent_hosts)
+            .map(String::as_str)
+            .collect();
+        let allow = crate::sandbox::proxy::Allow::parse(&hosts).map_err(std::io::Error::other)?;
+        crate::sandbox::proxy::Proxy::start(allow).map(Some)
     }
 
     pub fn scope(
@@ -128,7 +162,11 @@ impl<'a> Tick<'a> {
         s.dry_run = Some(DryRun {
             tick: scope.tick,
             gate: self.gate.reason.clone(),
-            sandbox: self.confine.describe(),
+            sandbox: format!(
+                "{}\n{}",
+                self.confine.describe(),
+                crate::explain::sandbox(&self.loaded.config).trim_end()
+            ),
             nodes,
         });
         s
@@ -233,7 +271,29 @@ impl Host for Tick<'_> {
             }
         };
         let watch = || self.halts.look(self.paths);
-        let (sandbox, refused) = self.confine.prepare_agent(&s.write);
+        // `network = "hosts"`: a proxy of this spawn's own, so what it refused is this
+        // node's, and it is gone (with every tunnel) when the node ends.
+        let proxy = match self.start_proxy(&s.hosts) {
+            Ok(p) => p,
+            Err(e) => {
+                return Finished {
+                    exit: Exit::SpawnFailed(format!("sandbox: the network proxy: {e}")),
+                    elapsed: std::time::Duration::ZERO,
+                };
+            }
+        };
+        let mut read = s.read.clone();
+        if let Some(program) = s.argv.first() {
+            let path = std::env::var_os("PATH");
+            read.extend(super::confine::install_prefix(
+                program,
+                path.as_deref(),
+                &self.paths.project,
+            ));
+        }
+        let (sandbox, refused) =
+            self.confine
+                .prepare_agent(&s.write, &read, proxy.as_ref().map(|p| p.addr()));
         if !refused.is_empty() {
             let list: Vec<String> = refused.iter().map(|p| p.display().to_string()).collect();
             let _ = self.paths.log(
@@ -249,6 +309,24 @@ impl Host for Tick<'_> {
                     ),
                 ],
             );
+        }
+        if s.own_agent {
+            let missing = self.environ.withheld_agent_vars(&s.pass_env);
+            if !missing.is_empty() && self.first_time(node, &missing.join(",")) {
+                self.event(
+                    Event::Warn,
+                    &[
+                        LogArg::Kv("node", node.to_string()),
+                        LogArg::Kv(
+                            "msg",
+                            format!(
+                                "withheld from the agent: {} (set in loopflow's environment; pass them with [sandbox] env)",
+                                missing.join(", ")
+                            ),
+                        ),
+                    ],
+                );
+            }
         }
         let sandbox = match sandbox {
             Ok(p) => p,
@@ -274,10 +352,15 @@ impl Host for Tick<'_> {
             ("PWD".into(), self.cwd.display().to_string()),
             ("TMPDIR".into(), self.tmp.display().to_string()),
         ];
+        if let Some(p) = &proxy {
+            env.extend(crate::environ::proxy_vars(p.addr()));
+        }
         env.extend(s.env.iter().cloned());
+        let refused = Mutex::new(Vec::new());
         let done = crate::process::run(&crate::process::Spawn {
             argv: s.argv,
             cwd: self.cwd,
+            base_env: Some(self.environ.pick(&s.pass_env)),
             env,
             stdin: s.stdin.as_deref(),
             stdout: s.stdout.clone(),
@@ -288,12 +371,35 @@ impl Host for Tick<'_> {
             sandbox: sandbox.as_ref(),
             on_spawn: Some(&record),
             on_poll: Some(&watch),
+            refused: Some(&refused),
         });
         // What the node's processes detached (and left to loopflow, their subreaper) goes
         // with the node.
         let mut marks = crate::process::loop_marks(&self.paths.name, &self.paths.project).to_vec();
         marks.push(format!("LOOPFLOW_NODE={node}"));
         let killed = crate::process::reap_leftovers(&marks);
+        let mut refused = refused.into_inner().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = &proxy {
+            refused.extend(p.take_refused().into_iter().map(|(h, port)| {
+                if h.contains(':') {
+                    format!("[{h}]:{port}")
+                } else {
+                    format!("{h}:{port}")
+                }
+            }));
+        }
+        drop(proxy);
+        for what in refused {
+            if self.first_time(node, &what) {
+                self.event(
+                    Event::Warn,
+                    &[
+                        LogArg::Kv("node", node.to_string()),
+                        LogArg::Kv("msg", format!("network refused: {what}")),
+                    ],
+                );
+            }
+        }
         if killed > 0 {
             self.event(
                 Event::Warn,

@@ -16,7 +16,7 @@ use crate::state::tamper::Watched;
 use crate::state::{Event, LogArg, LoopPaths, StateError, TickLock};
 use crate::work_source::WorkSourceReader;
 
-mod confine;
+pub(crate) mod confine;
 mod guard;
 mod host;
 mod settle;
@@ -365,7 +365,7 @@ fn run_locked(
     if !opts.dry_run {
         prepare_dirs(paths, &tmp, &output_dir, &cwd)?;
     }
-    let confine = Confinement::new(&loaded.config, &paths.project, &cwd, &tmp);
+    let confine = Confinement::new(&loaded.config, &paths.project, &cwd, &tmp, &paths.outputs);
     // Audit commands run confined too (in a dry run they do not run at all); only an
     // audit work source spawns anything at the gate, so only it pays for a ruleset.
     let audits = matches!(
@@ -375,7 +375,31 @@ fn run_locked(
     let audit_box = if opts.dry_run || !audits {
         None
     } else {
-        confine.prepare(&[]).ok().flatten()
+        // It runs in the worktree, or in the project before the worktree exists: it may
+        // read where it runs.
+        let at = crate::work_source::loop_cwd(&loaded.config, &state, paths);
+        let at = if at.is_dir() {
+            at
+        } else {
+            paths.project.clone()
+        };
+        let mut read = vec![at.clone()];
+        if let crate::config::WorkSource::Audit { command } = &loaded.config.work_source
+            && let Some(program) = command.first()
+        {
+            // A relative path runs from where the audit runs; a bare name from PATH.
+            let program = match program.text.contains('/') {
+                true => at.join(&program.text).to_string_lossy().into_owned(),
+                false => program.text.clone(),
+            };
+            let path = std::env::var_os("PATH");
+            read.extend(confine::install_prefix(
+                &program,
+                path.as_deref(),
+                &paths.project,
+            ));
+        }
+        confine.prepare_with(&[], &read, None).ok().flatten()
     };
     let work = WorkSourceReader::new(&loaded.config, &state, paths, opts.dry_run)
         .confined(audit_box.as_ref());
@@ -396,6 +420,11 @@ fn run_locked(
         output_dir: &output_dir,
         cancel,
         lock,
+        environ: crate::environ::Environ::new(
+            &loaded.config.sandbox,
+            loaded.config.sandbox.mode != crate::config::SandboxMode::Off,
+        ),
+        warned: Default::default(),
         confine,
         log_start,
         watched: Watched::with_known(

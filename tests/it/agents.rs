@@ -390,6 +390,11 @@ fn drive(agent: &Agent) {
             "timeout = \"45m\"",
             "timeout = \"5m\"\nidle_timeout = \"2m\"",
         );
+    // The server is the model API a user would name in `hosts`: the agent reaches it
+    // through the tick's proxy, with reads, the environment and the network confined as
+    // shipped (`network = "hosts"`, the default).
+    let port = server.url.rsplit(':').next().expect("port");
+    let toml = format!("{toml}\n[sandbox]\nhosts = [\"127.0.0.1:{port}\"]\n");
     std::fs::write(dir.join("loop.toml"), toml).expect("loop.toml");
     let padding_end = script_prompts(&dir).replace("{{loop}}", &name);
 

@@ -499,7 +499,18 @@ fn graph_of_a_broken_pipeline_prints_the_diagnostics() {
 
 #[test]
 fn explain_shows_each_roles_expanded_argv() {
-    let out = lf(&["check", "tests/fixtures/check/presets", "--explain"]);
+    // The environment it lists is this one: names only, never values.
+    let out = Run::of(
+        loopflow(root())
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", "/home/someone")
+            .env("NO_COLOR", "1")
+            .env("GITHUB_TOKEN", "SECRET-VALUE")
+            .env("ANTHROPIC_API_KEY", "SECRET-VALUE")
+            .args(["check", "tests/fixtures/check/presets", "--explain"]),
+    );
+    assert!(!out.stdout.contains("SECRET-VALUE"), "{}", out.stdout);
     assert_eq!(out.code, 0, "{}", out.stdout);
     insta::assert_snapshot!("explain-presets", out.stdout);
     // The harness preset with the role's model flag in place, the prompt on stdin.

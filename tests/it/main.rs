@@ -27,6 +27,7 @@ mod sandbox;
 mod sarif;
 mod schedule;
 mod schedule_files;
+mod secrets;
 mod security;
 mod status_probe;
 mod support;

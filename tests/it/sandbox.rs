@@ -54,7 +54,13 @@ exit 0"#,
     );
     let mut toml = LoopToml::new()
         .without("worktree")
-        .table("sandbox", "mode = \"enforce\"")
+        .table(
+            "sandbox",
+            &format!(
+                "mode = \"enforce\"\nread = [{}]",
+                crate::support::toml::string(&p.join("verdict.json").display().to_string())
+            ),
+        )
         .harness_command(&agent, &["{{role}}"]);
     if !extra.is_empty() {
         toml = toml.table("sandbox", extra);
@@ -449,13 +455,16 @@ fn status_dry_run_and_explain_say_what_the_sandbox_allows() {
         .lines()
         .find(|l| l.starts_with("sandbox "))
         .unwrap_or_else(|| panic!("no sandbox line: {dry:?}"));
-    assert!(line.contains("confining writes, signals, TCP"), "{line}");
+    assert!(
+        line.contains("confining writes, reads, signals, TCP, sockets"),
+        "{line}"
+    );
     assert!(
         line.contains(&p.worktree("l").display().to_string()),
         "{line}"
     );
     assert!(
-        line.contains("/var/tmp") && line.ends_with("no TCP"),
+        line.contains("/var/tmp") && line.ends_with("no network"),
         "{line}"
     );
     let status = p.lf(&["status"]);
@@ -472,9 +481,13 @@ fn status_dry_run_and_explain_say_what_the_sandbox_allows() {
         explain.stdout.contains("sandbox: enforce (Landlock ABI")
             && explain
                 .stdout
-                .contains("a private TMPDIR, /var/tmp, each preset's state dirs; network deny"),
+                .contains("write: their working directory, a private TMPDIR, /var/tmp, each preset's state dirs\n")
+            && explain.stdout.contains("network: deny (no network)")
+            && explain.stdout.contains("nothing else of ~, the main checkout or other processes"),
         "{explain:?}"
     );
+    // The dry run names what the processes see, and values never.
+    assert!(dry.stdout.contains("env: "), "{dry:?}");
 }
 
 /// Brakes fail closed: an agent (sandbox off) that bricks the lock files leaves a loop that

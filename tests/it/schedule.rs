@@ -48,6 +48,11 @@ fn use_agent_in(p: &Project, cfg_path: &str, verdicts: &[&str]) {
         })
         .collect::<Vec<_>>()
         .join("\n");
+    // The fake agent reads its verdicts from the main checkout, which the sandbox hides.
+    let cfg = format!(
+        "{cfg}\n\n[sandbox]\nread = [{}]\n",
+        crate::support::toml::string(&p.join("verdicts").display().to_string())
+    );
     p.write(cfg_path, &cfg);
 }
 

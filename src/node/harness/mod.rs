@@ -260,8 +260,8 @@ impl NodeSpec for HarnessNode {
             .and_then(|c| c.idle_timeout)
             .or(ctx.config().harness_idle_timeout);
         let agent = ctx.config().agent(&self.role.value);
-        let mut env = Vec::with_capacity(agent.env.len());
-        for (k, t) in &agent.env {
+        let mut env = Vec::with_capacity(agent.set_env.len());
+        for (k, t) in &agent.set_env {
             match ctx.render_with(&t.text, &vars) {
                 Ok(v) => env.push((k.clone(), v)),
                 Err(e) => {
@@ -276,6 +276,10 @@ impl NodeSpec for HarnessNode {
             stdin: agent.stdin_prompt.then(|| prompt_path.clone()),
             env,
             write: agent.sandbox_write.clone(),
+            read: agent.sandbox_read.clone(),
+            pass_env: agent.pass_env.clone(),
+            hosts: agent.hosts.clone(),
+            own_agent: agent.preset.is_none(),
             ..Default::default()
         };
         let usage = agent.usage;

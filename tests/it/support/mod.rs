@@ -4,7 +4,7 @@
 //! and real files.
 
 pub mod api;
-mod toml;
+pub mod toml;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
