@@ -46,6 +46,9 @@ pub(crate) struct Confiner {
     ruleset: OwnedFd,
     filter: Option<Filter>,
     proxy: Option<std::net::SocketAddr>,
+    /// Reads are confined: the child is given its own `/proc/<pid>` (Bun, JavaScriptCore
+    /// read `/proc/self/maps` or abort), which no rule made before it exists can name.
+    proc_self: bool,
 }
 
 impl std::fmt::Debug for Confiner {
@@ -212,6 +215,7 @@ impl Sandbox for LandlockSandbox {
             ruleset: fd,
             filter,
             proxy,
+            proc_self: enforced.reads,
         };
         Prepared::finish(policy, enforced, Hook::Landlock(Arc::new(confiner)))
     }
@@ -327,9 +331,26 @@ pub(crate) fn spawn_via_thread(
 ) -> io::Result<(Child, Option<Supervisor>)> {
     let raw = c.ruleset.as_raw_fd();
     let filter = c.filter.as_ref();
+    let proc_self = c.proc_self;
     let (child, listener) = std::thread::scope(|s| {
         s.spawn(move || {
-            restrict_current_thread(raw)?;
+            if proc_self {
+                // Landlock is entered by the child itself, once it has added a rule for
+                // its own `/proc/<pid>`; the thread only sets no_new_privs (seccomp's
+                // precondition) and installs the filter, which the child inherits.
+                no_new_privs()?;
+                use std::os::unix::process::CommandExt;
+                // SAFETY: the hook only makes raw syscalls on an fd the parent keeps
+                // open for the spawn (async-signal-safe, no allocation).
+                unsafe {
+                    cmd.pre_exec(move || {
+                        allow_own_proc(raw)?;
+                        restrict_current_thread(raw)
+                    });
+                }
+            } else {
+                restrict_current_thread(raw)?;
+            }
             let listener = match filter {
                 Some(f) => seccomp::install(f)?,
                 None => None,
@@ -344,6 +365,65 @@ pub(crate) fn spawn_via_thread(
         _ => None,
     };
     Ok((child, supervisor))
+}
+
+/// `PR_SET_NO_NEW_PRIVS` on the calling thread.
+fn no_new_privs() -> io::Result<()> {
+    let one: libc::c_ulong = 1;
+    let zero: libc::c_ulong = 0;
+    // SAFETY: plain prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `struct landlock_path_beneath_attr` (packed, as the kernel declares it).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// In a forked child before exec: a read rule for its own `/proc/<pid>` in the ruleset.
+/// Async-signal-safe: open, one syscall, close. The rule is added to the shared ruleset
+/// object; it names this process's directory only (a later process with the same pid
+/// has another), so rules left by earlier children grant nothing.
+fn allow_own_proc(ruleset_fd: RawFd) -> io::Result<()> {
+    const READ_FILE: u64 = 1 << 2;
+    const READ_DIR: u64 = 1 << 3;
+    const RULE_PATH_BENEATH: libc::c_int = 1;
+    // SAFETY: a NUL-terminated literal; the fd is closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self".as_ptr(),
+            libc::O_PATH | libc::O_CLOEXEC | libc::O_DIRECTORY,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let attr = PathBeneathAttr {
+        allowed_access: READ_FILE | READ_DIR,
+        parent_fd: fd,
+    };
+    // SAFETY: landlock_add_rule(ruleset, PATH_BENEATH, &attr, 0) reads the attribute only.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset_fd,
+            RULE_PATH_BENEATH,
+            &raw const attr,
+            0u32,
+        )
+    };
+    let err = io::Error::last_os_error();
+    // SAFETY: our own fd, closed once.
+    unsafe { libc::close(fd) };
+    if r != 0 {
+        return Err(err);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

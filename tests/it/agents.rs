@@ -194,7 +194,9 @@ fn gemini(home: &Path, _tools: &Path, url: &str) -> Vec<(String, String)> {
     std::fs::create_dir_all(&dir).expect("gemini home");
     std::fs::write(
         dir.join("settings.json"),
-        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+        // Its usage statistics go to play.googleapis.com, which `network = "hosts"`
+        // refuses (a WARN per node): a user turns them off as the preset says.
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false}}"#,
     )
     .expect("gemini settings");
     vec![
@@ -394,7 +396,17 @@ fn drive(agent: &Agent) {
     // through the tick's proxy, with reads, the environment and the network confined as
     // shipped (`network = "hosts"`, the default).
     let port = server.url.rsplit(':').next().expect("port");
-    let toml = format!("{toml}\n[sandbox]\nhosts = [\"127.0.0.1:{port}\"]\n");
+    // What a user's own configuration adds, declared as they would: Codex's provider key
+    // is a variable of their choosing, OpenCode's config a file outside HOME.
+    let extra = match agent.preset {
+        "codex" => "env = [\"FAKE_API_KEY\"]\n".to_string(),
+        "opencode" => format!(
+            "read = [{:?}]\n",
+            tools.join("opencode.json").display().to_string()
+        ),
+        _ => String::new(),
+    };
+    let toml = format!("{toml}\n[sandbox]\nhosts = [\"127.0.0.1:{port}\"]\n{extra}");
     std::fs::write(dir.join("loop.toml"), toml).expect("loop.toml");
     let padding_end = script_prompts(&dir).replace("{{loop}}", &name);
 

@@ -129,10 +129,11 @@ ls -a "{checkout}" > loot/checkout 2>/dev/null
 cat /proc/$PPID/environ > loot/ppid-environ 2>/dev/null
 cat /proc/$PPID/cmdline > loot/ppid-cmdline 2>/dev/null
 cat /proc/1/environ > loot/init-environ 2>/dev/null
-{PY} -c 'import os
-f = open("/proc/%d/maps" % os.getppid()); line = f.readline(); f.close()
+{PY} -c 'import sys
+pid = int(sys.argv[1])
+f = open("/proc/%d/maps" % pid); line = f.readline(); f.close()
 lo = int(line.split("-")[0], 16)
-m = open("/proc/%d/mem" % os.getppid(), "rb"); m.seek(lo); print(len(m.read(64)))' > loot/ppid-mem 2>/dev/null
+m = open("/proc/%d/mem" % pid, "rb"); m.seek(lo); print(len(m.read(64)))' "$PPID" > loot/ppid-mem 2>/dev/null
 cat /proc/self/status > /dev/null 2>&1 && echo own-status-read >> loot/notes
 echo ok > src-ok; git status --porcelain > loot/git 2>&1 && echo git-ok >> loot/works
 {PY} -c 'print("py-ok")' >> loot/works 2>&1
