@@ -12,6 +12,7 @@ mod create_agent;
 mod daemon;
 mod daemon_wakes;
 mod dashboard;
+mod distribution;
 mod dogfood;
 mod drift;
 mod exec;
