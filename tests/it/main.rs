@@ -2,6 +2,7 @@
 //! `loopflow` executable through [`support`].
 
 mod agents;
+mod book;
 mod cache_spend;
 mod check;
 mod check_all;
