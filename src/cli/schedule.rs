@@ -38,8 +38,9 @@ pub struct ScheduleTarget {
     #[arg(long, value_enum, default_value = "auto")]
     pub platform: Platform,
     /// github-actions: the git repository the workflow installs this loopflow from, at
-    /// the running version's tag (`cargo install --locked --git URL --tag vX.Y.Z`).
-    /// Default: the repository named in loopflow's Cargo.toml, if any.
+    /// the running version's tag: a GitHub repository through its Action (`uses:
+    /// OWNER/REPO@vX.Y.Z`), another with `cargo install --locked --git URL --tag vX.Y.Z`.
+    /// Default: loopflow's own repository (Cargo.toml's `repository`).
     #[arg(long, value_name = "URL", env = "LOOPFLOW_REPO")]
     pub repo: Option<String>,
     /// github-actions: a released loopflow binary (a file, or a .tar.gz holding
@@ -65,6 +66,23 @@ fn own_repository() -> Option<String> {
     option_env!("CARGO_PKG_REPOSITORY")
         .filter(|r| !r.is_empty())
         .map(str::to_string)
+}
+
+/// `OWNER/REPO` of a repository on github.com, whose root holds loopflow's Action
+/// (action.yml): `https://github.com/OWNER/REPO`, with or without `.git` or a trailing `/`.
+/// Anything else (another host, a path, odd characters) is not used as an Action.
+fn github_action(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("https://github.com/")?;
+    let rest = rest.trim_end_matches('/');
+    let rest = rest.strip_suffix(".git").unwrap_or(rest);
+    let (owner, repo) = rest.split_once('/')?;
+    let plain = |s: &str| {
+        !s.is_empty()
+            && !s.starts_with('.')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    };
+    (plain(owner) && plain(repo)).then(|| format!("{owner}/{repo}"))
 }
 
 /// What GitHub Actions and Kubernetes need beyond the tick's argv, from the flags and the
@@ -106,7 +124,12 @@ fn remote(
         .filter(|r| !r.is_empty())
         .or_else(own_repository)
     {
-        Some(schedule::LoopflowInstall::Git { repo })
+        Some(match github_action(&repo) {
+            Some(owner_repo) => schedule::LoopflowInstall::Action {
+                uses: format!("{owner_repo}@v{version}"),
+            },
+            None => schedule::LoopflowInstall::Git { repo },
+        })
     } else {
         return Err(format!(
             "the workflow must install this loopflow on the runner, and this build does not know where it comes from: pass --repo URL (a git repository with the tag v{version}; the workflow runs `cargo install --locked --git URL --tag v{version}`) or --binary-url URL (a released binary), or set LOOPFLOW_REPO. (`cargo install loopflow` would install an unrelated crate of the same name.)"
@@ -476,6 +499,36 @@ fn restore(project: &Path, name: &str) -> i32 {
         Err(e) => {
             eprintln!("error: {e}");
             exit::STATE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::github_action;
+
+    #[test]
+    fn only_a_plain_github_repository_is_used_as_an_action() {
+        for url in [
+            "https://github.com/loopflow-dev/loopflow",
+            "https://github.com/loopflow-dev/loopflow/",
+            "https://github.com/loopflow-dev/loopflow.git",
+        ] {
+            assert_eq!(
+                github_action(url).as_deref(),
+                Some("loopflow-dev/loopflow"),
+                "{url}"
+            );
+        }
+        for url in [
+            "https://git.example.org/loopflow.git",
+            "https://github.com/loopflow-dev",
+            "https://github.com/loopflow-dev/loopflow/tree/main",
+            "https://github.com/a b/c",
+            "https://github.com/../c",
+            "http://github.com/a/b",
+        ] {
+            assert_eq!(github_action(url), None, "{url}");
         }
     }
 }

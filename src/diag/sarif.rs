@@ -27,13 +27,14 @@ fn repository() -> Option<&'static str> {
         .filter(|r| r.starts_with("https://"))
 }
 
-/// Where a rule's help lives: the README's "Diagnostic codes" table at this version's
+/// Where a rule's help lives: the book's "Diagnostic codes" table (book/src/reference.md,
+/// one anchor per code) at this version's
 /// tag, for a repository on GitHub (whose `/blob/<tag>/` URLs are known to exist for a
 /// released tag). Elsewhere nothing is guessed.
 fn help_uri(code: Code) -> Option<String> {
     let repo = repository().filter(|r| r.starts_with("https://github.com/"))?;
     Some(format!(
-        "{repo}/blob/v{}/README.md#{}",
+        "{repo}/blob/v{}/book/src/reference.md#{}",
         env!("CARGO_PKG_VERSION"),
         code.as_str()
     ))

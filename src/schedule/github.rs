@@ -1,7 +1,8 @@
 //! A GitHub Actions workflow with `schedule:` and a `concurrency:` group that never
 //! cancels a running tick. A hosted runner is a fresh machine, so the workflow installs
-//! this loopflow (from its own repository at the running version's tag, or a released
-//! binary; never `cargo install loopflow`, which is an unrelated crate on crates.io) and
+//! this loopflow (through loopflow's GitHub Action at the running version, from another
+//! git repository at that tag, or a released binary; never `cargo install loopflow`, which
+//! is an unrelated crate on crates.io) and
 //! the agents the loop's roles run, at pinned versions; it gives the agents their API
 //! keys from the repository's secrets, sets a git identity, and a job timeout that covers
 //! every role's timeout.
@@ -62,6 +63,15 @@ fn job_timeout(t: &Target) -> (u64, String) {
 fn install_loopflow(t: &Target) -> String {
     let v = env!("CARGO_PKG_VERSION");
     match &t.remote.install {
+        Some(LoopflowInstall::Action { uses }) => format!(
+            r#"      - name: Install loopflow
+        # loopflow's GitHub Action at the version that generated this workflow: the
+        # released binary for the runner, checked against its SHA-256.
+        uses: {uses}
+        with:
+          command: none
+"#
+        ),
         Some(LoopflowInstall::Binary { url, sha256 }) => {
             let check = match sha256 {
                 Some(h) => format!(
@@ -103,7 +113,7 @@ fn install_loopflow(t: &Target) -> String {
         if: steps.loopflow-bin.outputs.cache-hit != 'true'
         env:
           REPO: {repo}
-        run: cargo install --locked --git "$REPO" --tag "v{v}" loopflow
+        run: cargo install --locked --git "$REPO" --tag "v{v}" loopflow-cli
 "#,
             hash = super::fnv32(std::path::Path::new(repo)),
             repo = yq(repo),

@@ -109,7 +109,10 @@ pub struct Target {
 /// How a workflow installs this loopflow on a fresh runner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoopflowInstall {
-    /// `cargo install --locked --git <repo> --tag v<version> loopflow`.
+    /// loopflow's GitHub Action (`uses: owner/repo@v<version>`, action.yml): the released
+    /// binary for the runner, checked against its SHA-256.
+    Action { uses: String },
+    /// `cargo install --locked --git <repo> --tag v<version> loopflow-cli`.
     Git { repo: String },
     /// A released binary (a file, or a `.tar.gz`/`.tgz` holding `loopflow`), checked
     /// against its SHA-256 when one is given.

@@ -143,10 +143,18 @@ fn every_loopflow_variable_of_a_tick_is_documented() {
 }
 
 #[test]
-fn the_readme_links_the_contract() {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
-    assert!(
-        readme.contains("(contracts/loop-integration.md)"),
-        "README.md does not link contracts/loop-integration.md"
-    );
+fn the_readme_and_the_book_link_the_contract() {
+    for (doc, link) in [
+        ("README.md", "(contracts/loop-integration.md)"),
+        (
+            "book/src/agents.md",
+            "(../../contracts/loop-integration.md)",
+        ),
+    ] {
+        let text = std::fs::read_to_string(root().join(doc)).expect(doc);
+        assert!(
+            text.contains(link),
+            "{doc} does not link contracts/loop-integration.md"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 //! `loopflow` executable through [`support`].
 
 mod agents;
+mod book;
 mod cache_spend;
 mod check;
 mod check_all;
@@ -12,6 +13,7 @@ mod create_agent;
 mod daemon;
 mod daemon_wakes;
 mod dashboard;
+mod distribution;
 mod dogfood;
 mod drift;
 mod exec;

@@ -76,6 +76,16 @@ fn rules_have_full_descriptions_and_help() {
                 .unwrap_or("")
                 .starts_with(repo)
         );
+        for r in rules {
+            let help = r["helpUri"].as_str().unwrap_or("");
+            assert!(
+                help.starts_with(&format!(
+                    "{repo}/blob/v{}/book/src/reference.md#",
+                    env!("CARGO_PKG_VERSION")
+                )),
+                "{help}"
+            );
+        }
     }
 }
 
@@ -201,11 +211,12 @@ fn the_sarif_multitool_finds_no_error() {
     assert!(errors.contains(&"SARIF1002".to_string()), "{errors:?}");
 }
 
-/// `helpUri` points at the README's table of codes: every code has its anchor there.
+/// `helpUri` points at the book's table of codes: every code has its anchor there.
 #[test]
-fn the_readme_lists_every_code_with_an_anchor() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .expect("README");
+fn the_book_lists_every_code_with_an_anchor() {
+    let book = "book/src/reference.md";
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(book))
+        .expect("the book's reference");
     let (_p, r) = broken();
     let doc: Value = serde_json::from_str(&r.stdout).expect("SARIF is JSON");
     for rule in doc["runs"][0]["tool"]["driver"]["rules"]
@@ -215,7 +226,7 @@ fn the_readme_lists_every_code_with_an_anchor() {
         let id = rule["id"].as_str().expect("id");
         assert!(
             readme.contains(&format!("<a id=\"{id}\"></a>`{id}`")),
-            "README.md has no row for `{id}`"
+            "{book} has no row for `{id}`"
         );
     }
 }

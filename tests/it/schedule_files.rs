@@ -69,13 +69,33 @@ fn timeout_minutes(text: &str) -> u64 {
 fn the_workflow_needs_to_know_where_loopflow_comes_from() {
     let p = project(None);
     let r = print(&p, "github-actions", &[]);
-    if env!("CARGO_PKG_REPOSITORY").is_empty() {
+    let own = env!("CARGO_PKG_REPOSITORY");
+    if own.is_empty() {
         assert_eq!(r.code, 2, "{r:?}");
         assert!(
             r.stderr.contains("--repo URL") && r.stderr.contains("--binary-url"),
             "{r:?}"
         );
         assert!(r.stdout.is_empty(), "{r:?}");
+    } else {
+        // Without flags: loopflow's own GitHub Action (action.yml) at this version, from
+        // the repository Cargo.toml names.
+        assert_eq!(r.code, 0, "{r:?}");
+        let owner_repo = own.trim_start_matches("https://github.com/");
+        assert!(
+            r.stdout.contains(&format!(
+                "uses: {owner_repo}@v{VERSION}\n        with:\n          command: none\n"
+            )),
+            "{}",
+            r.stdout
+        );
+        assert!(!r.stdout.contains("cargo install"), "{}", r.stdout);
+        actionlint(&r.stdout);
+        // `command: none` is one of the Action's commands (scripts/action-run).
+        let action =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("action.yml"))
+                .expect("action.yml");
+        assert!(action.contains("\n  command:\n"), "{action}");
     }
     // The environment works as the flag does.
     let r = p.lf_env(
@@ -91,6 +111,19 @@ fn the_workflow_needs_to_know_where_loopflow_comes_from() {
     );
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains(REPO), "{}", r.stdout);
+    // A GitHub repository given by flag is used through its Action.
+    let r = print(
+        &p,
+        "github-actions",
+        &["--repo", "https://github.com/someone/loopflow-fork.git"],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains(&format!("uses: someone/loopflow-fork@v{VERSION}")),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
@@ -102,12 +135,12 @@ fn the_workflow_installs_this_loopflow_pinned_and_the_agent() {
     // This project's loopflow, at the running version's tag; never the crates.io crate.
     assert!(
         wf.contains(&format!(
-            "run: cargo install --locked --git \"$REPO\" --tag \"v{VERSION}\" loopflow"
+            "run: cargo install --locked --git \"$REPO\" --tag \"v{VERSION}\" loopflow-cli\n"
         )),
         "{wf}"
     );
     assert!(wf.contains(&format!("REPO: \"{REPO}\"")), "{wf}");
-    assert!(!wf.contains("cargo install --locked loopflow"), "{wf}");
+    assert!(!wf.contains("cargo install --locked loopflow\n"), "{wf}");
     // The agent its preset runs, pinned, with its key from the repository's secrets.
     assert!(
         wf.contains("run: npm install -g @anthropic-ai/claude-code@2."),
