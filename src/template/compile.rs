@@ -19,7 +19,7 @@ use std::sync::OnceLock;
 use handlebars::template::{ExpressionSpecBuilder, HelperTemplate, Parameter, TemplateElement};
 use handlebars::{Path, PathSeg, Template};
 
-use super::scan::find2;
+use super::bytes::find2;
 
 /// The block helpers of the subset (each takes exactly one path argument).
 const BLOCKS: &[&str] = &["if", "unless", "each", "with"];

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use handlebars::{Context, Handlebars, RenderContext, Renderable, StringOutput, Template};
 use serde_json::Value;
 
+use super::bytes::find2;
 use super::compile::compile_plain;
-use super::scan::find2;
 
 /// The engine: strict mode (a missing variable is an error), no HTML escaping (an argv
 /// element must reach the agent byte for byte).

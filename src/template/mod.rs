@@ -3,6 +3,7 @@
 //! finds every variable a template uses, and the variable contract (DESIGN §5) that the
 //! renderer and `check` share.
 
+mod bytes;
 mod compile;
 mod engine;
 mod scan;
