@@ -130,8 +130,9 @@ impl Environ {
     pub fn withheld_agent_vars(&self, extra: &[String]) -> Vec<String> {
         let mut known: Vec<String> = crate::preset::names()
             .iter()
-            .filter_map(|n| crate::preset::load(n, &mut Default::default()))
-            .flat_map(|p| p.env)
+            // Parsed once per process (the presets are built in), not once per spawn.
+            .filter_map(|n| crate::preset::load_shared(n, &mut Default::default()))
+            .flat_map(|p| p.env.clone())
             .filter(|v| !v.ends_with('*'))
             .collect();
         known.sort();
@@ -147,17 +148,11 @@ impl Environ {
 /// like any host (a server of the user's on 127.0.0.1 is no less a way out).
 pub fn proxy_vars(addr: std::net::SocketAddr) -> Vec<(String, String)> {
     let url = format!("http://{addr}");
-    [
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ]
-    .iter()
-    .map(|k| ((*k).to_string(), url.clone()))
-    .collect()
+    PROXY
+        .iter()
+        .filter(|k| !k.eq_ignore_ascii_case("no_proxy"))
+        .map(|k| ((*k).to_string(), url.clone()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ const HALF: &str = r#"{"pass": false, "score": 0.5}"#;
 
 /// Whether this kernel gives Landlock's file rules; the sandbox tests run for real where it
 /// does and fail (not skip) when `LOOPFLOW_REQUIRE_SANDBOX` is set and it does not.
-fn landlock() -> bool {
+pub fn landlock() -> bool {
     // SAFETY: the documented probe: a null attribute with the VERSION flag only asks.
     let abi = unsafe {
         libc::syscall(

@@ -18,25 +18,17 @@ use crate::support::{LoopToml, Project, Run};
 const HALF: &str = r#"{"pass": false, "score": 0.5}"#;
 const PY: &str = "/usr/bin/python3";
 
+/// The sandbox tests' probe (Landlock ABI >= 6, required under CI), and the interpreter
+/// the hostile agents are written in.
 fn landlock() -> bool {
-    // SAFETY: the documented probe: a null attribute with the VERSION flag only asks.
-    let abi = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            1u32,
-        )
-    };
-    if abi >= 6 && Path::new(PY).exists() {
-        return true;
+    if !crate::sandbox::landlock() {
+        return false;
     }
     assert!(
-        std::env::var_os("LOOPFLOW_REQUIRE_SANDBOX").is_none(),
-        "Landlock ABI {abi} (< 6) or no {PY}, and LOOPFLOW_REQUIRE_SANDBOX is set"
+        Path::new(PY).exists() || std::env::var_os("LOOPFLOW_REQUIRE_SANDBOX").is_none(),
+        "no {PY}, and LOOPFLOW_REQUIRE_SANDBOX is set"
     );
-    eprintln!("skipped: Landlock ABI {abi} or no {PY}");
-    false
+    Path::new(PY).exists()
 }
 
 /// A worktree loop (the default `create` shape) under `mode = "enforce"` whose implement
