@@ -2,9 +2,12 @@
 //! a process of its own) against the floor (`benches/floor.rs`: a small process that
 //! spawns the same three agents with output to per-tick files and writes one state file
 //! atomically), in one interleaved run: every round times a floor process and a tick
-//! back to back (alternating which goes first), once with `[sandbox] mode = "off"`
-//! against the bare floor and once with the sandbox on (`"auto"`: Landlock here) against
-//! the floor whose spawns are confined too. Reported: the per-pair ratio (median, the
+//! back to back (alternating which goes first), with `[sandbox] mode = "off"` against
+//! the bare floor and with the sandbox on (`"auto"`: Landlock here) against the floor
+//! whose spawns are confined too; each for a plain loop (the project is no repository)
+//! and for the loop a user gets from `create` in a repository (its own worktree and
+//! branch, the blast radius checked and the tick's changes committed by `git-commit`;
+//! the agents change nothing, so nothing is committed). Reported: the per-pair ratio (median, the
 //! 10th–90th percentile and the extremes), so machine noise shows as spread instead of
 //! hiding in a mean.
 //!
@@ -59,12 +62,16 @@ fn built_floor(root: &Path) -> Vec<PathBuf> {
 }
 
 /// A loop set up for the benchmark, with a log past 64 KiB.
-fn project(sandbox: &str) -> (tempfile::TempDir, LoopPaths) {
+fn project(sandbox: &str, worktree: bool) -> (tempfile::TempDir, LoopPaths) {
     let project = tempfile::tempdir().expect("tempdir");
-    let paths = support::new_loop(project.path(), "bench");
+    let paths = if worktree {
+        support::new_worktree_loop(project.path(), "bench")
+    } else {
+        support::new_loop(project.path(), "bench")
+    };
     std::fs::write(
         paths.dir.join("loop.toml"),
-        support::agent_loop_toml(50, sandbox),
+        support::agent_loop_toml_in(50, sandbox, worktree),
     )
     .expect("loop.toml");
     let old: String = (0..1600)
@@ -123,8 +130,13 @@ struct Mode {
 }
 
 impl Mode {
-    fn new(name: &'static str, sandbox: &str, floor_args: &'static [&'static str]) -> Mode {
-        let (project, paths) = project(sandbox);
+    fn new(
+        name: &'static str,
+        sandbox: &str,
+        worktree: bool,
+        floor_args: &'static [&'static str],
+    ) -> Mode {
+        let (project, paths) = project(sandbox, worktree);
         Mode {
             name,
             floor_args,
@@ -297,8 +309,10 @@ fn main() {
     let exe = support::loopflow_bin();
     let floor = binary("LOOPFLOW_FLOOR_BIN", &built_floor(root));
     let mut modes = [
-        Mode::new("sandbox off", "off", &[]),
-        Mode::new("sandbox on ", "auto", &["--sandbox"]),
+        Mode::new("plain, sandbox off   ", "off", false, &[]),
+        Mode::new("plain, sandbox on    ", "auto", false, &["--sandbox"]),
+        Mode::new("worktree, sandbox off", "off", true, &[]),
+        Mode::new("worktree, sandbox on ", "auto", true, &["--sandbox"]),
     ];
     // Warm up caches and page in the binaries; not counted.
     for m in &mut modes {

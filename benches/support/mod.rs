@@ -63,11 +63,43 @@ pub fn loopflow_bin() -> PathBuf {
 /// A loop `name` in `project` as `create` makes it from the default template, worktree
 /// off.
 pub fn new_loop(project: &Path, name: &str) -> LoopPaths {
+    create_loop(project, name, false)
+}
+
+/// [`new_loop`] with the worktree on: `project` is made a git repository with one commit
+/// first, and `create` adds the loop's worktree and branch, as a user's first `create`
+/// in a repository does.
+pub fn new_worktree_loop(project: &Path, name: &str) -> LoopPaths {
+    let git = |args: &[&str]| {
+        let st = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=b",
+                "-c",
+                "user.email=b@b",
+                "-c",
+                "init.defaultBranch=main",
+            ])
+            .args(args)
+            .current_dir(project)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("git");
+        assert!(st.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(project.join("README.md"), "bench\n").expect("README");
+    git(&["add", "README.md"]);
+    git(&["commit", "-qm", "first"]);
+    create_loop(project, name, true)
+}
+
+fn create_loop(project: &Path, name: &str, worktree: bool) -> LoopPaths {
     let o = CreateOptions {
         name,
         template: "default",
         task: Some("benchmark".into()),
-        worktree: false,
+        worktree,
         harness: None,
     };
     create(project, &o).expect("create loop")
@@ -77,6 +109,11 @@ pub fn new_loop(project: &Path, name: &str) -> LoopPaths {
 /// tick is loopflow's own work plus three trivial spawns. `plateau` keeps the score
 /// plateau brake out of the way; `sandbox` is the `[sandbox] mode`.
 pub fn agent_loop_toml(plateau: u32, sandbox: &str) -> String {
+    agent_loop_toml_in(plateau, sandbox, false)
+}
+
+/// [`agent_loop_toml`], with `[worktree] enabled` as given.
+pub fn agent_loop_toml_in(plateau: u32, sandbox: &str, worktree: bool) -> String {
     format!(
         r#"[brakes]
 max_iterations = 1000000
@@ -95,7 +132,7 @@ command = ["echo", "{{\"pass\": false, \"score\": 0.5}}"]
 prompt = "prompts/loop-orchestrate.md"
 
 [worktree]
-enabled = false
+enabled = {worktree}
 
 [sandbox]
 mode = "{sandbox}"
