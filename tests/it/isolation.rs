@@ -10,7 +10,7 @@ use crate::support::{
 
 /// An agent that records its role, `{{cwd}}` and real working directory; implement runs
 /// `IMPLEMENT` (a shell snippet) in the worktree, verify prints a verdict.
-fn agent(p: &Project, implement: &str) -> PathBuf {
+pub(crate) fn agent(p: &Project, implement: &str) -> PathBuf {
     p.script(
         "agent.sh",
         &format!(
@@ -26,7 +26,7 @@ esac"#,
 }
 
 /// The loop.toml of a loop in a worktree of its own whose roles run `agent {{role}} {{cwd}}`.
-fn worktree_toml(agent: &Path) -> LoopToml {
+pub(crate) fn worktree_toml(agent: &Path) -> LoopToml {
     LoopToml::new()
         .brakes("score_plateau_window = 50")
         .harness_command(agent, &["{{role}}", "{{cwd}}"])
@@ -556,14 +556,14 @@ fn can_edit_resolves_dotdot_absolute_and_symlinks_and_deny_beats_allow() {
     assert!(r.stdout.starts_with("refused: README.md: "), "{r:?}");
 }
 
-fn commits(dir: &Path, rev: &str) -> usize {
+pub(crate) fn commits(dir: &Path, rev: &str) -> usize {
     git(dir, &["rev-list", "--count", rev])
         .trim()
         .parse()
         .unwrap()
 }
 
-fn git_commit_project(implement: &str) -> (Project, PathBuf) {
+pub(crate) fn git_commit_project(implement: &str) -> (Project, PathBuf) {
     let p = Project::git();
     let pipe = p.write(
         "pipelines/git.toml",

@@ -17,6 +17,7 @@ mod distribution;
 mod dogfood;
 mod drift;
 mod exec;
+mod git_versions;
 mod halts;
 mod harness_limits;
 mod isolation;

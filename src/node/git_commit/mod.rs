@@ -157,17 +157,23 @@ impl GitCommitNode {
         if let Err(why) = Linked::open(ctx.scope().project, &linked.work_tree, &linked.branch) {
             return halt(format!("{}: {why}", linked.work_tree.display()));
         }
-        // A nested repository makes `git add` fail (or record a gitlink): refused first.
-        let nested: Vec<Refused> = match linked.status_paths() {
-            Ok(p) => p
-                .iter()
-                .filter(|p| linked.work_tree.join(p).join(".git").exists())
-                .map(|p| Refused::Nested {
-                    path: p.display().to_string(),
-                })
-                .collect(),
+        let status = match linked.status_paths() {
+            Ok(p) => p,
             Err(e) => return failed(e),
         };
+        // A clean worktree is the index is HEAD is the branch (HEAD names it: `open`
+        // checked): with the branch still on the base, the tick changed nothing.
+        if status.is_empty() && linked.rev(&linked.branch).as_deref() == Some(base) {
+            return NodeRun::Ok(NodeOutput::default());
+        }
+        // A nested repository makes `git add` fail (or record a gitlink): refused first.
+        let nested: Vec<Refused> = status
+            .iter()
+            .filter(|p| linked.work_tree.join(p).join(".git").exists())
+            .map(|p| Refused::Nested {
+                path: p.display().to_string(),
+            })
+            .collect();
         if !nested.is_empty() {
             return halt(format!(
                 "{} (nothing was committed; the files are left in the worktree for review)",

@@ -1,6 +1,10 @@
 //! Git, run the way loopflow always runs it: the `git` CLI (so loopflow sees what the agent
 //! sees), never through a shell, with hooks and fsmonitor disabled so a planted repository
-//! config cannot make loopflow execute code.
+//! config cannot make loopflow execute code. The questions every tick asks — where the
+//! common directory is, what a branch points at — are answered from the files in
+//! [`local`] where they settle it, and by git where they do not.
+
+mod local;
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -136,6 +140,11 @@ pub fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, GitError> {
 /// The object `spec` names (`git rev-parse --verify --quiet`), `None` when it names
 /// none (an unborn HEAD, a missing branch).
 pub fn rev(cwd: &Path, spec: &str) -> Result<Option<String>, GitError> {
+    if spec.starts_with("refs/heads/")
+        && let Some(found) = local::common_dir(cwd).and_then(|c| local::read_ref(&c, spec))
+    {
+        return Ok(found);
+    }
     let out = git(cwd, &["rev-parse", "--verify", "--quiet", spec])?;
     let text = String::from_utf8_lossy(trim_newline(&out.stdout)).into_owned();
     Ok((out.status.success() && !text.is_empty()).then_some(text))
@@ -155,6 +164,9 @@ pub fn toplevel(dir: &Path) -> Option<PathBuf> {
 /// which holds `worktrees/`), from git itself: the project may be a subdirectory, a
 /// submodule or a linked worktree.
 pub fn common_dir(project: &Path) -> Result<PathBuf, GitError> {
+    if let Some(common) = local::common_dir(project) {
+        return Ok(common);
+    }
     let out = ok(
         git(
             project,
@@ -256,6 +268,8 @@ fn parse_raw(raw: &[u8]) -> Result<Vec<Change>, GitError> {
 #[derive(Debug, Clone)]
 pub struct Linked {
     pub git_dir: PathBuf,
+    /// The repository's common directory (refs, objects, `worktrees/`).
+    pub common: PathBuf,
     pub work_tree: PathBuf,
     /// `refs/heads/loopflow/<name>`.
     pub branch: String,
@@ -293,9 +307,10 @@ impl Linked {
             .flatten()
             .map(|e| e.path())
             .find(|d| {
+                // git ≥ 2.48 with `worktree.useRelativePaths` writes it relative to `d`.
                 crate::fs_safe::head(&d.join("gitdir"), 4096)
                     .ok()
-                    .map(|b| path_of(trim_newline(&b)))
+                    .map(|b| local::relative_to(d, &b))
                     .and_then(|p| std::fs::canonicalize(p).ok())
                     .is_some_and(|p| p == me)
             })
@@ -305,11 +320,12 @@ impl Linked {
                 loop_name: loop_of(branch),
             })?;
         // The `.git` file in the worktree is the agent's to write: it must still point here.
+        // (A relative `gitdir:` is relative to the worktree, as git reads it.)
         let dotgit = crate::fs_safe::head(&work_tree.join(".git"), 4096)
             .map_err(io(work_tree.join(".git")))?;
         let named = trim_newline(&dotgit)
             .strip_prefix(b"gitdir: ")
-            .map(path_of)
+            .map(|p| local::relative_to(work_tree, p))
             .and_then(|p| std::fs::canonicalize(p).ok());
         if named != std::fs::canonicalize(&admin).ok() {
             return Err(WorktreeError::Repointed {
@@ -330,6 +346,7 @@ impl Linked {
         }
         Ok(Linked {
             git_dir: admin,
+            common,
             work_tree: work_tree.to_path_buf(),
             branch: branch.to_string(),
         })
@@ -349,6 +366,9 @@ impl Linked {
 
     /// The object `rev` names (`rev-parse --verify`), `None` when it names nothing.
     pub fn rev(&self, rev: &str) -> Option<String> {
+        if let Some(found) = local::read_ref(&self.common, rev) {
+            return found;
+        }
         let o = self
             .out(&["rev-parse", "--verify", "-q", rev], "rev-parse")
             .ok()?;

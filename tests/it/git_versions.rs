@@ -1,0 +1,138 @@
+//! The git loopflow works with, and how much of it a tick starts: relative worktree
+//! records (git ≥ 2.48 with `worktree.useRelativePaths` writes them; written here by hand
+//! so the test runs on any git), and the `git` processes a worktree tick spawns, counted
+//! by a `git` on PATH that logs its arguments before running the real one.
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::isolation::{commits, git_commit_project};
+use crate::support::{Project, git};
+
+/// `to` relative to the directory `from` (both absolute and canonical).
+fn relative(from: &Path, to: &Path) -> PathBuf {
+    let f: Vec<Component> = from.components().collect();
+    let t: Vec<Component> = to.components().collect();
+    let same = f.iter().zip(&t).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in same..f.len() {
+        out.push("..");
+    }
+    for c in &t[same..] {
+        out.push(c);
+    }
+    out
+}
+
+/// Rewrites both records of `worktree` the way git 2.48's `worktree.useRelativePaths`
+/// does: the admin directory's `gitdir` relative to itself, the worktree's `.git`
+/// relative to the worktree.
+fn make_records_relative(worktree: &Path) {
+    let wt = worktree.canonicalize().unwrap();
+    let dotgit = std::fs::read_to_string(wt.join(".git")).unwrap();
+    let admin = PathBuf::from(dotgit.trim().strip_prefix("gitdir: ").unwrap());
+    let admin = admin.canonicalize().unwrap();
+    let back = relative(&admin, &wt.join(".git"));
+    let there = relative(&wt, &admin);
+    assert!(back.is_relative() && there.is_relative());
+    std::fs::write(admin.join("gitdir"), format!("{}\n", back.display())).unwrap();
+    std::fs::write(wt.join(".git"), format!("gitdir: {}\n", there.display())).unwrap();
+}
+
+#[test]
+fn a_worktree_with_relative_records_commits_like_any_other() {
+    let (p, w) = git_commit_project("mkdir -p src && echo 'fn main() {}' > src/main.rs");
+    make_records_relative(&w);
+    // git itself still takes the worktree for the loop's.
+    assert!(git(&w, &["rev-parse", "--abbrev-ref", "HEAD"]).starts_with("loopflow/g"));
+    let list = git(p.path(), &["worktree", "list", "--porcelain"]);
+    assert!(list.contains("branch refs/heads/loopflow/g"), "{list}");
+
+    let r = p.lf(&["run", "--loop", "g", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    assert_eq!(commits(p.path(), "loopflow/g"), 2, "{r:?}");
+    assert!(git(&w, &["status", "--porcelain"]).is_empty());
+
+    // A record pointing elsewhere is still refused, relative or not: no agent runs there.
+    let elsewhere = Project::git();
+    let there = relative(&w.canonicalize().unwrap(), &elsewhere.path().join(".git"));
+    std::fs::write(w.join(".git"), format!("gitdir: {}\n", there.display())).unwrap();
+    let r = p.lf(&["run", "--loop", "g", "--json"]);
+    assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
+    assert_eq!(commits(p.path(), "loopflow/g"), 2);
+}
+
+/// A directory holding a `git` that appends its arguments to `log`, then runs the git
+/// that was first on PATH.
+fn logging_git(p: &Project, log: &Path) -> String {
+    let path = std::env::var_os("PATH").unwrap();
+    let real = std::env::split_paths(&path)
+        .map(|d| d.join("git"))
+        .find(|g| g.is_file())
+        .expect("git on PATH");
+    p.script(
+        "bin/git",
+        &format!(
+            "printf '%s\\n' \"$*\" >> '{}'\nexec '{}' \"$@\"",
+            log.display(),
+            real.display()
+        ),
+    );
+    let mut dirs = vec![p.join("bin")];
+    dirs.extend(std::env::split_paths(&path));
+    std::env::join_paths(dirs).unwrap().into_string().unwrap()
+}
+
+/// Every git command the tick ran, by its subcommand (what follows the `-c` options).
+fn subcommands(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let mut words = l.split(' ');
+            let mut sub = "";
+            while let Some(w) = words.next() {
+                if w == "-c" {
+                    words.next();
+                } else if !w.starts_with("--git-dir=") && !w.starts_with("--work-tree=") {
+                    sub = w;
+                    break;
+                }
+            }
+            sub.to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_worktree_tick_that_changes_nothing_starts_git_once() {
+    let (p, _w) = git_commit_project("true");
+    let log = p.join("git.log");
+    let path = logging_git(&p, &log);
+    let r = p.lf_env(&["run", "--loop", "g", "--json"], &[("PATH", &path)]);
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    // `status`, which tells a clean worktree; the refs and the common directory are read
+    // from the files.
+    assert_eq!(subcommands(&log), ["status"], "{r:?}");
+    assert_eq!(commits(p.path(), "loopflow/g"), 1);
+
+    // A change: staged, compared and committed by git, the refs still read in-process.
+    let (p, _w) = git_commit_project("mkdir -p src && echo x > src/a.rs");
+    let log = p.join("git.log");
+    let path = logging_git(&p, &log);
+    let r = p.lf_env(&["run", "--loop", "g", "--json"], &[("PATH", &path)]);
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    assert_eq!(commits(p.path(), "loopflow/g"), 2);
+    assert_eq!(
+        subcommands(&log),
+        [
+            "status",
+            "add",
+            "write-tree",
+            "diff-tree",
+            "commit-tree",
+            "update-ref"
+        ],
+        "{r:?}"
+    );
+}
