@@ -34,6 +34,7 @@ mod out;
 mod pipeline;
 mod preset;
 mod process;
+mod projects;
 mod reason;
 mod review;
 mod sandbox;

@@ -135,6 +135,7 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
                 }
                 _ => {}
             }
+            super::projects::offer(project);
             exit::OK
         }
         Err(CreateError::Usage(m)) => {

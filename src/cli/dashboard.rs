@@ -6,7 +6,9 @@ use std::path::Path;
 
 use clap::Args;
 
+use crate::dashboard::Model;
 use crate::exit;
+use crate::projects::Source;
 
 #[derive(Args, Debug)]
 #[command(
@@ -23,6 +25,9 @@ pub struct DashboardArgs {
     /// Open the page in the default browser.
     #[arg(long)]
     pub open: bool,
+    /// Every project in the registry (`loopflow projects`), loops named `project:loop`.
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// Opens `url` with the platform's opener, without waiting for it.
@@ -52,7 +57,23 @@ fn open_browser(url: &str) {
 }
 
 pub fn dashboard(project: &Path, a: DashboardArgs) -> i32 {
-    let server = match crate::dashboard::Server::bind(project, super::status::row_of, a.port) {
+    let model = Model::new(project, super::status::row_of);
+    serve(model, &project.display().to_string(), a)
+}
+
+/// The dashboard over many projects (`--all`, `--project` more than once).
+pub fn dashboard_many(sources: &[Source], a: DashboardArgs) -> i32 {
+    let model = Model::many(sources, super::status::row_of, true);
+    let labels: Vec<&str> = sources.iter().map(|s| s.label.as_str()).collect();
+    serve(
+        model,
+        &format!("{} projects ({})", sources.len(), labels.join(", ")),
+        a,
+    )
+}
+
+fn serve(model: Model, what: &str, a: DashboardArgs) -> i32 {
+    let server = match crate::dashboard::Server::bind(model, a.port) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("error: {e}");
@@ -65,10 +86,7 @@ pub fn dashboard(project: &Path, a: DashboardArgs) -> i32 {
         // A closed stdout is no reason not to serve.
         let _ = writeln!(out, "{url}").and_then(|()| out.flush());
     }
-    eprintln!(
-        "loopflow dashboard: serving {} on {url} (read-only; Ctrl-C stops it)",
-        project.display()
-    );
+    eprintln!("loopflow dashboard: serving {what} on {url} (read-only; Ctrl-C stops it)");
     if a.open {
         open_browser(&url);
     }

@@ -45,7 +45,7 @@ pub(super) fn parse(args: impl Iterator<Item = OsString>) -> Option<Cli> {
         return None;
     }
     Some(Cli {
-        project,
+        project: project.into_iter().collect(),
         command: Command::Run(RunArgs {
             pipeline: None,
             loop_name: name?,

@@ -20,6 +20,7 @@ mod docs;
 mod drift;
 mod fast;
 mod init;
+mod projects;
 mod report;
 mod review;
 mod run;
@@ -57,8 +58,16 @@ Start with `loopflow demo`, then `loopflow create --loop NAME --task \"...\"` in
 pub struct Cli {
     /// The project directory (holds .loopflow/); default: found upward from the current
     /// directory.
-    #[arg(long, global = true, env = "LOOPFLOW_PROJECT", value_name = "DIR")]
-    pub project: Option<PathBuf>,
+    /// `status`, `report` and `dashboard` take it more than once (each project's loops
+    /// named `project:loop`).
+    #[arg(
+        long,
+        global = true,
+        env = "LOOPFLOW_PROJECT",
+        value_name = "DIR",
+        action = clap::ArgAction::Append
+    )]
+    pub project: Vec<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -212,6 +221,8 @@ Examples:
     Land(review::LandArgs),
     /// Reset a loop's branch and worktree to the checkout's HEAD.
     Discard(review::DiscardArgs),
+    /// Keep the list of projects `status --all`, `report --all` and `dashboard --all` show.
+    Projects(projects::ProjectsArgs),
     /// The demo's fake agent (used by `demo`; also handy in tests).
     #[command(hide = true)]
     FakeAgent(demo::FakeAgentArgs),
@@ -311,7 +322,33 @@ fn dispatch() -> i32 {
 
 /// Runs a parsed command line.
 fn execute(cli: Cli) -> i32 {
-    let project = project_root(cli.project.as_deref());
+    // Over many projects: a missing one is listed as broken, never a usage error.
+    let all = match &cli.command {
+        Command::Status(a) => Some(a.all),
+        Command::Report(a) => Some(a.all),
+        Command::Dashboard(a) => Some(a.all),
+        _ => None,
+    };
+    match all.map(|all| projects::many(&cli.project, all)) {
+        Some(Err(code)) => return code,
+        Some(Ok(Some(sources))) => {
+            return match cli.command {
+                Command::Status(a) => status::status_many(&sources, a),
+                Command::Report(a) => report::report_many(&sources, a),
+                Command::Dashboard(a) => dashboard::dashboard_many(&sources, a),
+                _ => unreachable!("only these three take many projects"),
+            };
+        }
+        Some(Ok(None)) => {}
+        None if cli.project.len() > 1 => {
+            eprintln!(
+                "error: only `status`, `report` and `dashboard` take --project more than once"
+            );
+            return exit::USAGE;
+        }
+        None => {}
+    }
+    let project = project_root(cli.project.first().map(PathBuf::as_path));
     if !matches!(
         cli.command,
         Command::Demo(_)
@@ -358,6 +395,7 @@ fn execute(cli: Cli) -> i32 {
         Command::Review(a) => review::review(&project, a),
         Command::Land(a) => review::land(&project, a),
         Command::Discard(a) => review::discard(&project, a),
+        Command::Projects(a) => projects::projects(&project, a),
     }
 }
 

@@ -19,6 +19,9 @@ pub struct ReportArgs {
     /// Where to write the page (`-`: stdout).
     #[arg(long, value_name = "FILE")]
     pub html: PathBuf,
+    /// Every project in the registry (`loopflow projects`), loops named `project:loop`.
+    #[arg(long)]
+    pub all: bool,
 }
 
 /// Pages are for people and web servers to read: 0644, not a temp file's 0600.
@@ -60,7 +63,15 @@ fn write_page(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 pub fn report(project: &Path, a: ReportArgs) -> i32 {
-    let model = Model::once(project, super::status::row_of);
+    write_report(Model::once(project, super::status::row_of), a)
+}
+
+/// The report over many projects (`--all`, `--project` more than once).
+pub fn report_many(sources: &[crate::projects::Source], a: ReportArgs) -> i32 {
+    write_report(Model::many(sources, super::status::row_of, false), a)
+}
+
+fn write_report(model: Model, a: ReportArgs) -> i32 {
     let page = model.page(Mode::Static);
     let loops = model.len();
     // The process exits next: freeing every loop's view, row and card one by one (a

@@ -22,6 +22,10 @@ pub struct StatusArgs {
     /// Print one JSON document, `{"loops": [...], "errors": [...]}`, instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Every project in the registry (`loopflow projects`), loops named `project:loop`,
+    /// halted first.
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(Args, Debug)]
@@ -113,6 +117,9 @@ fn row(
         // The loop is its directory (`--loop NAME` finds it there): a state file copied
         // with its directory still carries the first loop's name.
         name: paths.name.clone(),
+        project: None,
+        project_dir: None,
+        loop_name: None,
         iteration_count: s.iteration_count,
         max_iterations: cfg.map(|c| c.effective_max_iterations(s.extra_iterations)),
         halt: s.halt.clone(),
@@ -457,4 +464,102 @@ pub fn log(project: &Path, a: LogArgs) -> i32 {
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
+}
+
+/// `status` over many projects (`--all`, `--project` more than once): every loop named
+/// `project:loop`, halted first, then by name; a project that cannot be read is listed
+/// as broken (in `--json`, under `errors` with its `project_dir`) and the others shown.
+pub fn status_many(sources: &[crate::projects::Source], a: StatusArgs) -> i32 {
+    let mut rows = Vec::new();
+    let mut errors: Vec<serde_json::Value> = Vec::new();
+    let mut unreadable: Vec<String> = Vec::new();
+    let mut broken: Vec<(String, String)> = Vec::new();
+    let mut unstarted = Vec::new();
+    for src in sources {
+        if let Some(why) = crate::projects::problem(&src.dir) {
+            eprintln!("error: project {}: {why}", src.label);
+            errors.push(json!({"project": src.label, "project_dir": src.dir, "error": why}));
+            broken.push((src.label.clone(), why));
+            continue;
+        }
+        for n in crate::state::list_loops(&src.dir) {
+            let qualified = format!("{}:{n}", src.label);
+            if a.loop_name
+                .as_ref()
+                .is_some_and(|want| *want != n && *want != qualified)
+            {
+                continue;
+            }
+            let paths = LoopPaths::new(&src.dir, &n);
+            match status_row(&paths) {
+                Ok(r) => rows.push(r.in_project(&src.label, &src.dir)),
+                Err(NoRow::Untracked) => {
+                    if paths.never_started() {
+                        unstarted.push(qualified);
+                    }
+                }
+                Err(NoRow::Unreadable(e)) => {
+                    eprintln!("error: {qualified}: {e}");
+                    errors.push(json!({"name": qualified, "project": src.label, "project_dir": src.dir, "error": e}));
+                    unreadable.push(qualified);
+                }
+            }
+        }
+    }
+    // Halted loops wait for a human: first, across every project.
+    rows.sort_by(|x, y| (x.halt.is_none(), &x.name).cmp(&(y.halt.is_none(), &y.name)));
+    let code = if errors.is_empty() {
+        exit::OK
+    } else {
+        exit::STATE
+    };
+    if a.json {
+        let projects: Vec<_> = sources
+            .iter()
+            .map(|s| json!({"label": s.label, "dir": s.dir}))
+            .collect();
+        outln!(
+            "{}",
+            out::json(
+                &json!({ "projects": projects, "loops": rows, "errors": errors, "unstarted": unstarted }),
+                true
+            )
+        );
+        return code;
+    }
+    if rows.is_empty() && unreadable.is_empty() {
+        outln!(
+            "no loops in {} project(s) (create one with `loopflow create --loop NAME` in a project)",
+            sources.len()
+        );
+    } else {
+        let names: Vec<&str> = unreadable.iter().map(String::as_str).collect();
+        out::write(status_table(&rows, &names).as_bytes());
+    }
+    for r in &rows {
+        if r.config_error.is_some() {
+            outln!(
+                "note: {}: invalid loop.toml (`loopflow check` in {} lists every problem)",
+                printable(&r.name),
+                printable(
+                    &r.project_dir
+                        .as_deref()
+                        .unwrap_or(Path::new("."))
+                        .display()
+                        .to_string()
+                )
+            );
+        }
+    }
+    for (label, why) in &broken {
+        outln!(
+            "broken project: {}: {}",
+            printable(label),
+            printable(&cap(why, 300))
+        );
+    }
+    for n in &unstarted {
+        outln!("not started: {n} has a loop.toml but no state yet");
+    }
+    code
 }

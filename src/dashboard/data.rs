@@ -25,7 +25,16 @@ pub type RowFn =
 /// `report` make one per loop and read it back, and a map hashed every key twice.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Row {
+    /// The loop's name; over many projects, `<project>:<loop>`.
     pub name: String,
+    /// Over many projects: the project's label (`name`'s prefix), its directory and the
+    /// loop's own name (what `--loop` takes there). Absent for one project.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project_dir: Option<std::path::PathBuf>,
+    #[serde(rename = "loop", skip_serializing_if = "Option::is_none")]
+    pub loop_name: Option<String>,
     pub iteration_count: u64,
     /// The cap with `approve --extend`'s iterations; `None` when the config does not load.
     pub max_iterations: Option<u64>,
@@ -205,7 +214,15 @@ pub enum Standing {
 /// Everything the page shows about one loop.
 #[derive(Debug, Clone)]
 pub struct LoopView {
+    /// The loop as the page names it: over many projects `<project>:<loop>`.
     pub name: String,
+    /// The loop's own name and its project's directory (what the commands shown use).
+    pub loop_name: String,
+    pub dir: std::path::PathBuf,
+    /// Over many projects, the project's label.
+    pub project: Option<String>,
+    /// Not a loop: a project of many that cannot be read (`broken` says why).
+    pub project_broken: bool,
     /// The `status --json` row; `None` when it cannot be built (no or unreadable state).
     pub row: Option<Row>,
     /// Why the state does not load, as `status --json` lists it under `errors`.
@@ -219,7 +236,43 @@ pub struct LoopView {
     pub scan: LogScan,
 }
 
+impl Row {
+    /// This row as one of project `label`'s (at `dir`) over many: named `label:loop`.
+    pub fn in_project(mut self, label: &str, dir: &std::path::Path) -> Row {
+        self.loop_name = Some(std::mem::take(&mut self.name));
+        self.name = format!("{label}:{}", self.loop_name.as_deref().unwrap_or(""));
+        self.project = Some(label.to_string());
+        self.project_dir = Some(dir.to_path_buf());
+        self
+    }
+}
+
 impl LoopView {
+    /// A project of many that cannot be read, shown as a card of its own.
+    pub fn broken_project(label: &str, dir: &Path, why: String) -> LoopView {
+        LoopView {
+            name: format!("{label}:"),
+            loop_name: String::new(),
+            dir: dir.to_path_buf(),
+            project: Some(label.to_string()),
+            project_broken: true,
+            row: None,
+            row_error: None,
+            unstarted: false,
+            state: None,
+            broken: Some(why),
+            scan: LogScan::default(),
+        }
+    }
+
+    /// This view as one of project `label`'s over many.
+    pub fn in_project(mut self, label: &str) -> LoopView {
+        self.name = format!("{label}:{}", self.loop_name);
+        self.row = self.row.map(|r| r.in_project(label, &self.dir));
+        self.project = Some(label.to_string());
+        self
+    }
+
     pub fn standing(&self) -> Standing {
         if self.state.as_ref().is_some_and(|s| s.halt.is_some()) {
             Standing::Halted
@@ -314,6 +367,10 @@ pub fn view(
     };
     let view = LoopView {
         name: name.to_string(),
+        loop_name: name.to_string(),
+        dir: project.to_path_buf(),
+        project: None,
+        project_broken: false,
         row,
         row_error,
         unstarted,

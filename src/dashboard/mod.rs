@@ -31,9 +31,16 @@ struct Entry {
     version: u64,
 }
 
-/// Every loop's view, and the project's recent log lines.
+/// A project the model reads: labelled when there are many (its loops named
+/// `label:loop`), not when there is one (the page as it always was).
+struct Src {
+    label: Option<String>,
+    dir: PathBuf,
+}
+
+/// Every loop's view, and the projects' recent log lines.
 pub struct Model {
-    project: PathBuf,
+    sources: Vec<Src>,
     row_fn: RowFn,
     /// Whether [`Model::refresh`] will be called again: only then does each loop's
     /// [`Fingerprint`] (a `stat` of four files) earn its cost.
@@ -48,18 +55,37 @@ pub struct Model {
 impl Model {
     /// A model of `project`, kept current by [`Model::refresh`] (the dashboard).
     pub fn new(project: &Path, row_fn: RowFn) -> Model {
-        Model::read(project, row_fn, true)
+        Model::read(Model::one(project), row_fn, true)
     }
 
     /// A model of `project` read once and never refreshed (`report`).
     pub fn once(project: &Path, row_fn: RowFn) -> Model {
-        Model::read(project, row_fn, false)
+        Model::read(Model::one(project), row_fn, false)
     }
 
-    fn read(project: &Path, row_fn: RowFn, watch: bool) -> Model {
-        let mut m = Model {
+    /// A model of many projects (DESIGN §15), live (`watch`) or read once.
+    pub fn many(sources: &[crate::projects::Source], row_fn: RowFn, watch: bool) -> Model {
+        let srcs = sources
+            .iter()
+            .map(|s| Src {
+                label: Some(s.label.clone()),
+                dir: s.dir.clone(),
+            })
+            .collect();
+        Model::read(srcs, row_fn, watch)
+    }
+
+    fn one(project: &Path) -> Vec<Src> {
+        vec![Src {
+            label: None,
             // Absolute, so the commands the page shows work from any directory.
-            project: std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf()),
+            dir: std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf()),
+        }]
+    }
+
+    fn read(sources: Vec<Src>, row_fn: RowFn, watch: bool) -> Model {
+        let mut m = Model {
+            sources,
             row_fn,
             watch,
             entries: BTreeMap::new(),
@@ -78,36 +104,66 @@ impl Model {
     /// Re-reads the loops whose files changed since the last refresh; returns whether
     /// anything did. Loops that appeared are added, loops that went away removed.
     pub fn refresh(&mut self) -> bool {
-        let names = crate::state::list_loops(&self.project);
+        // (key, source, loop name): a project of many that cannot be read is one entry,
+        // `label:`, with why (`Err`).
+        let mut listed: Vec<(String, usize, Result<String, String>)> = Vec::new();
+        for (i, src) in self.sources.iter().enumerate() {
+            let Some(label) = &src.label else {
+                let names = crate::state::list_loops(&src.dir);
+                listed.extend(names.into_iter().map(|n| (n.clone(), i, Ok(n))));
+                continue;
+            };
+            match crate::projects::problem(&src.dir) {
+                Some(why) => listed.push((format!("{label}:"), i, Err(why))),
+                None => listed.extend(
+                    crate::state::list_loops(&src.dir)
+                        .into_iter()
+                        .map(|n| (format!("{label}:{n}"), i, Ok(n))),
+                ),
+            }
+        }
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
         let mut changed = false;
         let before = self.entries.len();
-        self.entries.retain(|k, _| names.binary_search(k).is_ok());
+        self.entries
+            .retain(|k, _| listed.binary_search_by(|l| l.0.as_str().cmp(k)).is_ok());
         changed |= self.entries.len() != before;
         let mut new_lines: Vec<(String, String)> = Vec::new();
-        for name in &names {
+        for (key, i, name) in &listed {
+            let src = &self.sources[*i];
+            let name = match name {
+                Ok(n) => n,
+                Err(why) => {
+                    if self
+                        .entries
+                        .get(key)
+                        .is_some_and(|e| e.view.broken.as_ref() == Some(why))
+                    {
+                        continue;
+                    }
+                    let label = src.label.as_deref().unwrap_or_default();
+                    let view = data::LoopView::broken_project(label, &src.dir, why.clone());
+                    self.put(key, Fingerprint::default(), view);
+                    changed = true;
+                    continue;
+                }
+            };
             let fp = if self.watch {
-                Fingerprint::of(&self.project, name)
+                Fingerprint::of(&src.dir, name)
             } else {
                 Fingerprint::default()
             };
-            if self.entries.get(name).is_some_and(|e| e.fp == fp) {
+            if self.entries.get(key).is_some_and(|e| e.fp == fp) {
                 continue;
             }
-            let prev = self.entries.remove(name).map(|e| e.view);
-            let (view, fresh) = data::view(&self.project, name, self.row_fn, prev);
-            new_lines.extend(fresh.into_iter().map(|l| (name.clone(), l)));
+            let prev = self.entries.remove(key).map(|e| e.view);
+            let (mut view, fresh) = data::view(&src.dir, name, self.row_fn, prev);
+            if let Some(label) = &src.label {
+                view = view.in_project(label);
+            }
+            new_lines.extend(fresh.into_iter().map(|l| (key.clone(), l)));
             changed = true;
-            self.version += 1;
-            let html = page::article(&view, &self.project);
-            self.entries.insert(
-                name.clone(),
-                Entry {
-                    fp,
-                    view,
-                    html,
-                    version: self.version,
-                },
-            );
+            self.put(key, fp, view);
         }
         // Lines from different loops, in time order (the timestamp leads each line).
         new_lines.sort_by(|a, b| a.1.split(' ').next().cmp(&b.1.split(' ').next()));
@@ -122,6 +178,36 @@ impl Model {
             self.version += 1;
         }
         changed
+    }
+
+    /// Adds or replaces the entry `key`, its card rendered now.
+    fn put(&mut self, key: &str, fp: Fingerprint, view: data::LoopView) {
+        self.version += 1;
+        let html = page::article(&view);
+        self.entries.insert(
+            key.to_string(),
+            Entry {
+                fp,
+                view,
+                html,
+                version: self.version,
+            },
+        );
+    }
+
+    /// What the page's title names: the project's directory, or the projects' labels.
+    fn title(&self) -> String {
+        match &self.sources[..] {
+            [one] if one.label.is_none() => one.dir.display().to_string(),
+            many => {
+                let labels: Vec<&str> = many.iter().filter_map(|s| s.label.as_deref()).collect();
+                format!("{} projects: {}", labels.len(), labels.join(", "))
+            }
+        }
+    }
+
+    fn is_many(&self) -> bool {
+        self.sources.iter().any(|s| s.label.is_some())
     }
 
     /// The loops in page order: halted first (they wait for a human), then broken, running,
@@ -154,7 +240,7 @@ impl Model {
     /// The page: live (with its script) or static.
     pub fn page(&self, mode: Mode) -> String {
         page::page(
-            &self.project,
+            &self.title(),
             &self.cards(),
             &self.log_tail(),
             mode,
@@ -167,9 +253,10 @@ impl Model {
         self.entries.len()
     }
 
-    /// Exactly `status --json`'s document: the rows of the loops whose state loads, by name.
+    /// Exactly `status --json`'s document: the rows of the loops whose state loads, by name
+    /// (over many projects, halted first, with the projects, as `status --all` prints it).
     pub fn status(&self) -> Value {
-        let rows: Vec<&Row> = self
+        let mut rows: Vec<&Row> = self
             .entries
             .values()
             .filter_map(|e| e.view.row.as_ref())
@@ -178,8 +265,19 @@ impl Model {
             .entries
             .iter()
             .filter_map(|(name, e)| {
-                let err = e.view.row_error.as_ref()?;
-                Some(json!({ "name": name, "error": err }))
+                let v = &e.view;
+                if v.project_broken {
+                    return Some(json!({
+                        "project": v.project, "project_dir": v.dir, "error": v.broken
+                    }));
+                }
+                let err = v.row_error.as_ref()?;
+                Some(match &v.project {
+                    Some(p) => {
+                        json!({ "name": name, "project": p, "project_dir": v.dir, "error": err })
+                    }
+                    None => json!({ "name": name, "error": err }),
+                })
             })
             .collect();
         let unstarted: Vec<&String> = self
@@ -188,7 +286,16 @@ impl Model {
             .filter(|(_, e)| e.view.unstarted)
             .map(|(name, _)| name)
             .collect();
-        json!({ "loops": rows, "errors": errors, "unstarted": unstarted })
+        if !self.is_many() {
+            return json!({ "loops": rows, "errors": errors, "unstarted": unstarted });
+        }
+        rows.sort_by(|x, y| (x.halt.is_none(), &x.name).cmp(&(y.halt.is_none(), &y.name)));
+        let projects: Vec<Value> = self
+            .sources
+            .iter()
+            .map(|s| json!({ "label": s.label, "dir": s.dir }))
+            .collect();
+        json!({ "projects": projects, "loops": rows, "errors": errors, "unstarted": unstarted })
     }
 
     /// What changed since `version` (cards, page order, summary) and the log lines after

@@ -4,7 +4,6 @@
 //! differs only by its script (`/app.js`) and a live marker.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use super::data::{LoopView, Point, Row, Standing, total_deaths};
 use crate::human::{command, count, score, seconds, usd};
@@ -180,7 +179,20 @@ fn fact(out: &mut String, k: &str, v_html: &str) {
 }
 
 /// One loop's card.
-pub fn article(v: &LoopView, project: &Path) -> String {
+pub fn article(v: &LoopView) -> String {
+    if v.project_broken {
+        return format!(
+            "<article class=\"loop broken project-broken\" id=\"loop-{name}\" data-standing=\"broken\"><header><h2>{label}</h2><span class=\"badge b-broken\">project unreadable</span></header><p class=\"problem\">{why}</p><div class=\"next\"><code>{fix}</code></div></article>",
+            name = escape(&v.name),
+            label = escape(v.project.as_deref().unwrap_or_default()),
+            why = escape(v.broken.as_deref().unwrap_or_default()),
+            fix = escape(&format!(
+                "loopflow projects remove {}",
+                crate::human::shell_word(v.project.as_deref().unwrap_or_default())
+            )),
+        );
+    }
+    let project = v.dir.as_path();
     let (class, bclass, btext) = badge(v);
     let mut o = String::with_capacity(2048);
     let row = v.row.as_ref();
@@ -288,7 +300,7 @@ pub fn article(v: &LoopView, project: &Path) -> String {
             score(lv.score)
         );
     }
-    let c = |verb: &str| command(verb, &v.name, project);
+    let c = |verb: &str| command(verb, &v.loop_name, project);
     let mut next: Vec<String> = Vec::new();
     match v.standing() {
         Standing::Halted => {
@@ -297,7 +309,7 @@ pub fn article(v: &LoopView, project: &Path) -> String {
         }
         // A loop whose state is there but whose config is not: `check` says what is wrong.
         Standing::Broken if v.state.is_some() => {
-            let cfg = crate::state::LoopPaths::new(project, &v.name).config();
+            let cfg = crate::state::LoopPaths::new(project, &v.loop_name).config();
             next.push(format!(
                 "loopflow check {}",
                 crate::human::shell_word(&cfg.display().to_string())
@@ -376,7 +388,7 @@ pub fn summary(views: &[&LoopView]) -> String {
     }
     let mut o = String::from("<div class=\"counts\">");
     for (n, label) in [
-        (views.len(), "loops"),
+        (views.iter().filter(|v| !v.project_broken).count(), "loops"),
         (by[Standing::Halted as usize], "halted"),
         (by[Standing::Running as usize], "running"),
         (by[Standing::Broken as usize], "broken"),
@@ -458,13 +470,13 @@ pub fn log_line(name: &str, line: &str) -> String {
 /// (version, log sequence) the page shows, which the live page's script hands back to
 /// `/events` so no change in between is lost.
 pub fn page(
-    project: &Path,
+    title: &str,
     cards: &[(&LoopView, &str)],
     log: &[(String, String)],
     mode: Mode,
     stamp: (u64, u64),
 ) -> String {
-    let title = escape(&project.display().to_string());
+    let title = escape(title);
     let views: Vec<&LoopView> = cards.iter().map(|(v, _)| *v).collect();
     let mut o = String::with_capacity(8192 + cards.iter().map(|(_, h)| h.len()).sum::<usize>());
     let _ = write!(

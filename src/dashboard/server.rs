@@ -10,7 +10,6 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -22,7 +21,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{mpsc, watch};
 
-use super::{Mode, Model, RowFn};
+use super::{Mode, Model};
 
 /// How often the loops' files are looked at: a change reaches the page within this plus
 /// the time to render it, well inside a second.
@@ -79,15 +78,16 @@ impl Body for Sse {
 }
 
 impl Server {
-    /// Reads the project and binds 127.0.0.1:`port` (0: a free port).
-    pub fn bind(project: &Path, row_fn: RowFn, port: u16) -> Result<Server, ServeError> {
+    /// Binds 127.0.0.1:`port` (0: a free port) to serve `model` (made live:
+    /// [`Model::new`] or [`Model::many`] with `watch`).
+    pub fn bind(model: Model, port: u16) -> Result<Server, ServeError> {
         let listener = std::net::TcpListener::bind(("127.0.0.1", port))
             .map_err(|source| ServeError::Bind { port, source })?;
         let addr = listener.local_addr()?;
         Ok(Server {
             listener,
             addr,
-            model: Model::new(project, row_fn),
+            model,
         })
     }
 

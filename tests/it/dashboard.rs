@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::support::{PATIENCE, Project, standard_agent};
 
 /// A running `loopflow dashboard --port 0`, stopped when dropped.
-struct Dashboard {
+pub(crate) struct Dashboard {
     child: Child,
     url: String,
     addr: String,
@@ -23,8 +23,14 @@ struct Dashboard {
 
 impl Dashboard {
     fn start(p: &Project) -> Dashboard {
-        let mut child = p
-            .lf_cmd(&["dashboard", "--port", "0"])
+        Dashboard::start_with(p, &[])
+    }
+
+    /// With `extra` arguments before the command (`--project DIR` for more projects).
+    pub(crate) fn start_with(p: &Project, extra: &[&str]) -> Dashboard {
+        let mut cmd = p.lf_cmd(&[]);
+        cmd.args(extra).args(["dashboard", "--port", "0"]);
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -62,8 +68,13 @@ impl Dashboard {
         (status, head.to_string(), body.to_string())
     }
 
-    fn get(&self, path: &str) -> (u16, String, String) {
+    pub(crate) fn get(&self, path: &str) -> (u16, String, String) {
         self.request("GET", path, &self.addr.clone())
+    }
+
+    pub(crate) fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -113,7 +124,7 @@ true"#,
     p
 }
 
-fn events_url(d: &Dashboard) -> (BufReader<TcpStream>, Instant) {
+pub(crate) fn events_of(d: &Dashboard) -> (BufReader<TcpStream>, Instant) {
     let mut s = TcpStream::connect(&d.addr).expect("connect");
     s.set_read_timeout(Some(PATIENCE)).unwrap();
     write!(s, "GET /events HTTP/1.1\r\nHost: {}\r\n\r\n", d.addr).unwrap();
@@ -121,7 +132,7 @@ fn events_url(d: &Dashboard) -> (BufReader<TcpStream>, Instant) {
 }
 
 /// Reads server-sent events until one whose data satisfies `want`; returns it.
-fn next_update(r: &mut BufReader<TcpStream>, want: impl Fn(&Value) -> bool) -> Value {
+pub(crate) fn next_update(r: &mut BufReader<TcpStream>, want: impl Fn(&Value) -> bool) -> Value {
     let start = Instant::now();
     let mut line = String::new();
     loop {
@@ -181,7 +192,7 @@ fn the_server_serves_status_events_and_refuses_foreign_hosts() {
     assert_eq!(code, 405, "{head}");
 
     // A tick reaches /events as an update of that loop's card.
-    let (mut ev, _) = events_url(&d);
+    let (mut ev, _) = events_of(&d);
     let first = next_update(&mut ev, |_| true);
     let cards = first["loops"].as_object().unwrap();
     assert_eq!(cards.len(), 3, "the first update carries every card");
@@ -226,29 +237,9 @@ fn which(tool: &str) -> Option<PathBuf> {
 
 #[test]
 fn the_page_in_headless_chromium() {
-    let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/web");
-    let chromium = Path::new("/usr/bin/chromium");
-    let node = which("node");
-    let modules = web.join("node_modules/playwright-core");
-    let missing: Vec<&str> = [
-        (node.is_none(), "node"),
-        (!chromium.exists(), "/usr/bin/chromium"),
-        (
-            !modules.exists(),
-            "tests/web/node_modules (npm ci in tests/web)",
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(m, what)| m.then_some(what))
-    .collect();
-    if !missing.is_empty() {
-        assert!(
-            std::env::var_os("LOOPFLOW_REQUIRE_BROWSER").is_none(),
-            "LOOPFLOW_REQUIRE_BROWSER is set but {missing:?} are missing"
-        );
-        eprintln!("NOTICE: skipping the browser test: missing {missing:?}");
+    let Some(browser) = Browser::find() else {
         return;
-    }
+    };
     let p = project();
     let d = Dashboard::start(&p);
     let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard.png");
@@ -261,52 +252,176 @@ fn the_page_in_headless_chromium() {
         "xss_loop": "xss",
         "loops": ["alpha", "done", "xss"],
         "screenshot": shot,
-        "chromium": chromium,
+        "chromium": browser.chromium,
     });
-    let mut cfg = cfg;
-    let cfg_path = p.write("web-test.json", &cfg.to_string());
-    let node = node.unwrap();
-    let run = || {
-        std::process::Command::new(&node)
-            .arg(web.join("dashboard.mjs"))
-            .arg(&cfg_path)
-            .current_dir(&web)
-            .env("NO_COLOR", "1")
-            .output()
-            .expect("run node")
+    browser.run(&p, cfg, "alpha", None);
+}
+
+/// The same page over three projects (`--project` three times): the first project's loops
+/// as `label:loop`, a second project with a halted loop, a third that is gone and shows
+/// as a broken project; a tick in the first still reaches the page live. The screenshot
+/// lands in `target/dashboard-projects.png`.
+#[test]
+fn the_page_over_many_projects_in_headless_chromium() {
+    let Some(browser) = Browser::find() else {
+        return;
     };
-    let mut out = run();
-    if !out.status.success() {
-        // Once in many full-suite runs on a loaded 2-core machine the browser run failed
-        // and passed when run again, and its message was not kept: it is run a second
-        // time, with the first failure printed, and the second must pass. The first may
-        // have ticked the loop already: the chart's starting count is read again.
-        // Written past libtest's capture (which drops a passing test's output) and kept
-        // in target/, so a flake that the second run hides still leaves its message.
-        let first = format!(
-            "NOTICE: the browser test failed once, running it again:\n{}\n{}\n",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), first.as_bytes());
-        let _ = std::fs::write(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-first-failure.txt"),
-            &first,
-        );
-        let points = p.state("alpha")["score_history"]
-            .as_array()
-            .map_or(0, Vec::len);
-        cfg["tick_points"] = points.into();
-        std::fs::write(&cfg_path, cfg.to_string()).unwrap();
-        out = run();
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("{stdout}");
-    assert!(
-        out.status.success(),
-        "browser test failed:\n{stdout}\n{stderr}"
+    let p = project();
+    let second = Project::new();
+    let agent = standard_agent(&second, &[r#"{"pass": false, "score": 0.5}"#]);
+    second.agent_loop("deploy-docs", &agent, "");
+    second.run_json("deploy-docs", &[]);
+    let r = second.lf(&[
+        "halt",
+        "--loop",
+        "deploy-docs",
+        "--reason",
+        "check the preview",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let gone = tempfile::tempdir().unwrap();
+    let gone_dir = gone.path().join("old-checkout");
+    let label = |d: &Path| {
+        d.canonicalize()
+            .unwrap_or_else(|_| d.to_path_buf())
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (l1, l2) = (label(p.path()), label(second.path()));
+    let d = Dashboard::start_with(
+        &p,
+        &[
+            "--project",
+            second.path().to_str().unwrap(),
+            "--project",
+            gone_dir.to_str().unwrap(),
+        ],
     );
-    assert!(stdout.contains("dashboard browser test: ok"), "{stdout}");
-    assert!(shot.exists());
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-projects.png");
+    let loops: Vec<String> = ["alpha", "done", "xss"]
+        .iter()
+        .map(|l| format!("{l1}:{l}"))
+        .chain([format!("{l2}:deploy-docs")])
+        .collect();
+    let cfg = serde_json::json!({
+        "url": d.url,
+        "bin": crate::support::bin(),
+        "project": p.path(),
+        "tick_loop": "alpha",
+        "tick_id": format!("{l1}:alpha"),
+        "tick_points": 2,
+        "xss_loop": "xss",
+        "xss_id": format!("{l1}:xss"),
+        "loops": loops,
+        "broken_ids": ["old-checkout:"],
+        "screenshot": shot,
+        "chromium": browser.chromium,
+    });
+    browser.run(&p, cfg, "alpha", Some("3 projects: "));
+}
+
+/// Node, Debian's Chromium and playwright-core, when all are here (else the test skips,
+/// unless `LOOPFLOW_REQUIRE_BROWSER` says they must be).
+struct Browser {
+    node: PathBuf,
+    chromium: PathBuf,
+    web: PathBuf,
+}
+
+impl Browser {
+    fn find() -> Option<Browser> {
+        let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/web");
+        let chromium = Path::new("/usr/bin/chromium");
+        let node = which("node");
+        let modules = web.join("node_modules/playwright-core");
+        let missing: Vec<&str> = [
+            (node.is_none(), "node"),
+            (!chromium.exists(), "/usr/bin/chromium"),
+            (
+                !modules.exists(),
+                "tests/web/node_modules (npm ci in tests/web)",
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(m, what)| m.then_some(what))
+        .collect();
+        if !missing.is_empty() {
+            assert!(
+                std::env::var_os("LOOPFLOW_REQUIRE_BROWSER").is_none(),
+                "LOOPFLOW_REQUIRE_BROWSER is set but {missing:?} are missing"
+            );
+            eprintln!("NOTICE: skipping the browser test: missing {missing:?}");
+            return None;
+        }
+        Some(Browser {
+            node: node?,
+            chromium: chromium.to_path_buf(),
+            web,
+        })
+    }
+
+    /// Runs `tests/web/dashboard.mjs` with `cfg` against the page (which ticks
+    /// `tick_loop` of project `p` once); `title`, when given, must be in the page's title.
+    fn run(&self, p: &Project, mut cfg: Value, tick_loop: &str, title: Option<&str>) {
+        let shot = PathBuf::from(cfg["screenshot"].as_str().expect("screenshot"));
+        if let Some(t) = title {
+            let url = cfg["url"].as_str().unwrap().to_string();
+            let addr = url.trim_start_matches("http://").trim_end_matches('/');
+            let mut s = TcpStream::connect(addr).expect("connect");
+            write!(
+                s,
+                "GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut page = String::new();
+            s.read_to_string(&mut page).unwrap();
+            assert!(page.contains(&format!("<title>loopflow · {t}")), "{page}");
+        }
+        let cfg_path = p.write("web-test.json", &cfg.to_string());
+        let run = || {
+            std::process::Command::new(&self.node)
+                .arg(self.web.join("dashboard.mjs"))
+                .arg(&cfg_path)
+                .current_dir(&self.web)
+                .env("NO_COLOR", "1")
+                .output()
+                .expect("run node")
+        };
+        let mut out = run();
+        if !out.status.success() {
+            // Once in many full-suite runs on a loaded 2-core machine the browser run failed
+            // and passed when run again, and its message was not kept: it is run a second
+            // time, with the first failure printed, and the second must pass. The first may
+            // have ticked the loop already: the chart's starting count is read again.
+            // Written past libtest's capture (which drops a passing test's output) and kept
+            // in target/, so a flake that the second run hides still leaves its message.
+            let first = format!(
+                "NOTICE: the browser test failed once, running it again:\n{}\n{}\n",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), first.as_bytes());
+            let _ = std::fs::write(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("target/dashboard-first-failure.txt"),
+                &first,
+            );
+            let points = p.state(tick_loop)["score_history"]
+                .as_array()
+                .map_or(0, Vec::len);
+            cfg["tick_points"] = points.into();
+            std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+            out = run();
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{stdout}");
+        assert!(
+            out.status.success(),
+            "browser test failed:\n{stdout}\n{stderr}"
+        );
+        assert!(stdout.contains("dashboard browser test: ok"), "{stdout}");
+        assert!(shot.exists());
+    }
 }

@@ -23,6 +23,7 @@ mod harness_limits;
 mod isolation;
 mod notify;
 mod programs;
+mod projects;
 mod report;
 mod review;
 mod robustness;

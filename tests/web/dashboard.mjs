@@ -1,6 +1,8 @@
 // Drives a running `loopflow dashboard` in headless Chromium (Debian's, through
 // playwright-core; no browser download). Started by tests/it/dashboard.rs with one
-// argument: a JSON file {url, bin, project, tick_loop, loops, xss_loop, screenshot}.
+// argument: a JSON file {url, bin, project, tick_loop, loops, xss_loop, screenshot}, and
+// over many projects also tick_id (the tick loop's card, `project:loop`), xss_id and
+// broken_ids (cards of projects that cannot be read).
 // Exits non-zero with a message on the first failed expectation.
 import { readFileSync } from "node:fs";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -15,6 +17,10 @@ const fail = (msg) => {
   throw new Error(msg);
 };
 const expect = (ok, msg) => ok || fail(msg);
+// Card ids may hold a `:` (`project:loop`): matched as an attribute, not as `#id`.
+const card = (id) => `[id="loop-${id}"]`;
+const tickId = cfg.tick_id ?? cfg.tick_loop;
+const xssId = cfg.xss_id ?? cfg.xss_loop;
 
 /** GET `path` with the given Host header, outside the browser (browsers set Host). */
 function rawGet(path, host) {
@@ -65,7 +71,12 @@ try {
 
   // 1. Every loop is listed, halted ones first.
   for (const name of cfg.loops) {
-    expect(await page.locator(`#loop-${name}`).count() === 1, `loop ${name} is not on the page`);
+    expect(await page.locator(card(name)).count() === 1, `loop ${name} is not on the page`);
+  }
+  for (const id of cfg.broken_ids ?? []) {
+    const b = page.locator(`${card(id)}.project-broken`);
+    expect(await b.count() === 1, `no broken-project card ${id}`);
+    expect((await b.textContent()).includes("project unreadable"), `card ${id} does not say why`);
   }
   const order = await page.$$eval("article.loop", (els) => els.map((e) => e.dataset.standing));
   const firstOther = order.findIndex((s) => !["halted", "human", "goal"].includes(s));
@@ -75,36 +86,36 @@ try {
   );
 
   // 2. The score chart renders as SVG with a point per verdict.
-  const points = await page.locator(`#loop-${cfg.tick_loop} svg.chart circle`).count();
+  const points = await page.locator(`${card(tickId)} svg.chart circle`).count();
   expect(points === cfg.tick_points, `chart of ${cfg.tick_loop} has ${points} points, want ${cfg.tick_points}`);
-  expect(await page.locator(`#loop-${cfg.tick_loop} svg.chart polyline`).count() === 1, "no chart line");
-  const box = await page.locator(`#loop-${cfg.tick_loop} svg.chart`).boundingBox();
+  expect(await page.locator(`${card(tickId)} svg.chart polyline`).count() === 1, "no chart line");
+  const box = await page.locator(`${card(tickId)} svg.chart`).boundingBox();
   expect(box && box.width > 100 && box.height > 40, `chart is not visible: ${JSON.stringify(box)}`);
 
   // 3. Agent text stays text: no script ran, no element was injected.
-  const xss = page.locator(`#loop-${cfg.xss_loop}`);
+  const xss = page.locator(card(xssId));
   expect((await xss.textContent()).includes("<script>window.__xss=1</script>"), "the <script> verdict is not shown as text");
   expect(await page.evaluate(() => window.__xss === undefined), "agent text ran as script");
   expect(await page.locator("article script, article img, article iframe").count() === 0, "agent text became elements");
 
   // 4. A tick shows up without a reload (server-sent events).
   await page.evaluate(() => (window.__sameDocument = true));
-  const iterBefore = await page.locator(`#loop-${cfg.tick_loop} .iter`).textContent();
+  const iterBefore = await page.locator(`${card(tickId)} .iter`).textContent();
   execFileSync(cfg.bin, ["--project", cfg.project, "run", "--loop", cfg.tick_loop], { stdio: "inherit" });
   const ticked = Date.now();
   await page.waitForFunction(
     ([sel, before]) => document.querySelector(sel).textContent !== before,
-    [`#loop-${cfg.tick_loop} .iter`, iterBefore],
+    [`${card(tickId)} .iter`, iterBefore],
     { timeout: 60000 },
   );
   const latency = Date.now() - ticked;
   console.log(`NOTICE: the tick reached the page ${latency} ms after it ended`);
   expect(await page.evaluate(() => window.__sameDocument === true), "the page was reloaded");
-  const after = await page.locator(`#loop-${cfg.tick_loop} svg.chart circle`).count();
+  const after = await page.locator(`${card(tickId)} svg.chart circle`).count();
   expect(after === cfg.tick_points + 1, `chart did not grow: ${after}`);
   await page.waitForFunction(
     (loop) => Array.from(document.querySelectorAll("#log-lines li")).some((li) => li.textContent.includes(loop) && li.textContent.includes("TICK")),
-    cfg.tick_loop,
+    tickId,
     { timeout: 60000 },
   );
   expect(await page.evaluate(() => window.__xss === undefined), "agent text ran as script after an update");
