@@ -6,7 +6,8 @@
 //! prompts it checks). Target: at most 50 us per loop beyond the
 //! reading, and linear (per-loop cost flat from 100 to 1,000). `report` runs twice: on
 //! loops as `create` makes them (identical prompts, whose checks loopflow remembers per
-//! text) and on loops whose prompts were each edited.
+//! text) and on loops whose prompts were each edited. Both run again with the loops spread
+//! over 20 projects (`--project` 20 times: 5 and 50 loops each, DESIGN §15).
 //!
 //! Run it with `scripts/bench status`, or `cargo bench --bench status` after
 //! `cargo build --release`. `BENCH_ROUNDS` (default 15) sets the rounds; each round
@@ -57,17 +58,37 @@ fn children_cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// `k` projects of `n / k` loops each, as [`project`] makes them (DESIGN §15's view over
+/// many projects); the loops' directories of all.
+fn projects(n: usize, k: usize) -> (Vec<tempfile::TempDir>, Vec<PathBuf>) {
+    let (mut dirs, mut loops) = (Vec::new(), Vec::new());
+    for _ in 0..k {
+        let (d, l) = project(n / k, false);
+        dirs.push(d);
+        loops.extend(l);
+    }
+    (dirs, loops)
+}
+
 /// CPU of one run of `loopflow <args> --project DIR`, in microseconds.
 fn cpu(exe: &Path, project: &Path, args: &[&str]) -> f64 {
+    cpu_of(exe, &[project], args)
+}
+
+/// [`cpu`] with `--project` once per directory (more than one: the view over many).
+fn cpu_of(exe: &Path, projects: &[&Path], args: &[&str]) -> f64 {
     let before = children_cpu();
-    let st = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    for p in projects {
+        cmd.arg("--project").arg(p);
+    }
+    let st = cmd
         .args(args)
-        .arg("--project")
-        .arg(project)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .expect("spawn");
+    // Over many projects `status` exits 4 only for a broken one: none is broken here.
     assert!(st.success(), "{args:?}: {st}");
     (children_cpu() - before).as_secs_f64() * 1e6
 }
@@ -134,6 +155,8 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 /// One command measured on one pair of projects.
 struct Measured {
     what: &'static str,
+    /// Over 20 projects (`--project` 20 times) instead of one.
+    many: bool,
     args: &'static [&'static str],
     with_prompts: bool,
     edited: bool,
@@ -160,8 +183,26 @@ fn main() {
         "status benchmark ({}), CPU per loop between 100 and 1,000 loops:",
         exe.display()
     );
+    // The same sizes over 20 projects: 5 and 50 loops each.
+    let (small_many, _) = projects(100, 20);
+    let (big_many, many_dirs) = projects(1000, 20);
+    let many_prompts: Vec<Vec<PathBuf>> = many_dirs.iter().map(|d| prompt_files(d)).collect();
+    let paths = |v: &[tempfile::TempDir]| -> Vec<PathBuf> {
+        v.iter().map(|d| d.path().to_path_buf()).collect()
+    };
+    let (small_many, big_many) = (paths(&small_many), paths(&big_many));
+    let run = |c: &Measured, big: bool| -> f64 {
+        if c.many {
+            let dirs = if big { &big_many } else { &small_many };
+            let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+            return cpu_of(&exe, &dirs, c.args);
+        }
+        let (small, large, ..) = &sets[usize::from(c.edited)];
+        cpu(&exe, if big { large.path() } else { small.path() }, c.args)
+    };
     let measured = |what, args, with_prompts, edited| Measured {
         what,
+        many: false,
         args,
         with_prompts,
         edited,
@@ -174,29 +215,40 @@ fn main() {
         measured("status --json", &["status", "--json"], false, false),
         measured("report --html -", &["report", "--html", "-"], true, false),
         measured("report --html -", &["report", "--html", "-"], true, true),
+        Measured {
+            many: true,
+            ..measured("status --json", &["status", "--json"], false, false)
+        },
+        Measured {
+            many: true,
+            ..measured("report --html -", &["report", "--html", "-"], true, false)
+        },
     ];
     // Warm the page cache first.
     for c in &commands {
-        cpu(&exe, sets[usize::from(c.edited)].1.path(), c.args);
+        run(c, true);
     }
     // Each round measures everything once, interleaved, so a slow moment of the machine
     // lands on one round's numbers instead of on one of the quantities compared.
-    let mut read = [Vec::new(), Vec::new(), Vec::new()];
+    let mut read = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..rounds {
         let r = [
             read_cost(&sets[0].2, &[]),
             read_cost(&sets[0].2, &sets[0].3),
             read_cost(&sets[1].2, &sets[1].3),
+            read_cost(&many_dirs, &[]),
+            read_cost(&many_dirs, &many_prompts),
         ];
         for c in &mut commands {
-            let (small, big, ..) = &sets[usize::from(c.edited)];
-            let a = cpu(&exe, small.path(), c.args);
-            let b = cpu(&exe, big.path(), c.args);
+            let a = run(c, false);
+            let b = run(c, true);
             let p = (b - a) / 900.0;
-            let base = match (c.with_prompts, c.edited) {
-                (false, _) => r[0],
-                (true, false) => r[1],
-                (true, true) => r[2],
+            let base = match (c.many, c.with_prompts, c.edited) {
+                (true, false, _) => r[3],
+                (true, true, _) => r[4],
+                (false, false, _) => r[0],
+                (false, true, false) => r[1],
+                (false, true, true) => r[2],
             };
             c.per.push(p);
             c.beyond.push(p - base);
@@ -219,10 +271,10 @@ fn main() {
         println!(
             "  {:<16}{}: {:.1} us/loop, {:.1} us beyond reading {} (p10-p90 {:.1}-{:.1}; target <= 50); whole command per loop at 100 {:.1} vs 1,000 {:.1} us",
             c.what,
-            if c.edited {
-                ", edited prompts"
-            } else {
-                ", loops as created"
+            match (c.many, c.edited) {
+                (true, _) => ", over 20 projects",
+                (false, true) => ", edited prompts",
+                (false, false) => ", loops as created",
             },
             med(&c.per),
             percentile(&b, 0.5),

@@ -43,7 +43,20 @@ pub const BASE: &[&str] = &[
     "NODE_EXTRA_CA_CERTS",
     "REQUESTS_CA_BUNDLE",
     "CURL_CA_BUNDLE",
+    // W3C trace context (DESIGN §14): a tick that traces sets both per node; otherwise a
+    // context loopflow was started in (a traced CI job) reaches the agents as it is.
+    "TRACEPARENT",
+    "TRACESTATE",
 ];
+
+/// The OpenTelemetry variables an agent that exports its own telemetry needs (its
+/// endpoint, protocol, service name, resource): passed, but never the `*_HEADERS` ones,
+/// which carry the backend's API key (`[sandbox] env` passes them on purpose).
+pub const OTEL: &str = "OTEL_*";
+
+fn otel(name: &str) -> bool {
+    matches(OTEL, name) && !name.ends_with("_HEADERS")
+}
 
 /// The proxy variables: set to the tick's proxy under `network = "hosts"` (loopflow's own
 /// values never pass then), passed as they are otherwise.
@@ -95,6 +108,7 @@ impl Environ {
         self.all
             || proxy
             || BASE.iter().any(|p| matches(p, name))
+            || otel(name)
             || self.loop_env.iter().any(|p| matches(p, name))
             || extra.iter().any(|p| matches(p, name))
     }

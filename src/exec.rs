@@ -28,11 +28,33 @@ pub enum End {
     },
 }
 
+/// When a node ran (wall clock, for traces) and how many times it was tried.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timing {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub attempts: u32,
+}
+
+impl Timing {
+    pub fn ms(&self) -> u64 {
+        (self.end_ns.saturating_sub(self.start_ns)) / 1_000_000
+    }
+}
+
+/// Nanoseconds since the Unix epoch, now.
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// What the walk did, node by node.
 pub struct Walked {
     pub end: End,
     pub status: Vec<NodeStatus>,
     pub ms: Vec<u64>,
+    pub timing: Vec<Timing>,
     pub outputs: Vec<Option<NodeOutput>>,
     /// The state the commit wrote, and the halt it set.
     pub committed: Option<(Box<State>, Option<HaltReason>)>,
@@ -54,6 +76,7 @@ impl Walked {
             end: End::Done,
             status: vec![NodeStatus::NotRun; n],
             ms: vec![0; n],
+            timing: vec![Timing::default(); n],
             outputs: vec![None; n],
             committed: None,
             when_skip: None,
@@ -224,23 +247,24 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
             }
             to_run.push((v, c));
         }
-        let results: Vec<(usize, NodeRun, u64)> = if to_run.len() > 1 {
+        let results: Vec<(usize, NodeRun, Timing)> = if to_run.len() > 1 {
             std::thread::scope(|s| {
                 let handles: Vec<_> = to_run
                     .iter()
                     .map(|(v, c)| {
                         let v = *v;
                         s.spawn(move || {
-                            let (r, ms) = run_node(p, c, host, v);
-                            (v, r, ms)
+                            let (r, t) = run_node(p, c, host, v);
+                            (v, r, t)
                         })
                     })
                     .collect();
                 handles
                     .into_iter()
                     .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| (0, NodeRun::fail(Failure::Panic), 0))
+                        h.join().unwrap_or_else(|_| {
+                            (0, NodeRun::fail(Failure::Panic), Timing::default())
+                        })
                     })
                     .collect()
             })
@@ -248,8 +272,8 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
             to_run
                 .iter()
                 .map(|(v, c)| {
-                    let (r, ms) = run_node(p, c, host, *v);
-                    (*v, r, ms)
+                    let (r, t) = run_node(p, c, host, *v);
+                    (*v, r, t)
                 })
                 .collect()
         };
@@ -260,8 +284,9 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
         }
         // Apply results in topological order so parallel and sequential runs agree.
         let mut stop = None;
-        for (v, r, ms) in results {
-            w.ms[v] = ms;
+        for (v, r, t) in results {
+            w.ms[v] = t.ms();
+            w.timing[v] = t;
             let node = &p.nodes[v];
             match r {
                 NodeRun::Ok(out) => {
@@ -343,21 +368,29 @@ fn skip_from(
 }
 
 /// Runs one node with its retries.
-fn run_node(p: &Pipeline, c: &NodeCtx<'_>, host: &dyn Host, v: usize) -> (NodeRun, u64) {
+fn run_node(p: &Pipeline, c: &NodeCtx<'_>, host: &dyn Host, v: usize) -> (NodeRun, Timing) {
     let node = &p.nodes[v];
+    // The wall clock once, then the monotonic one: a clock step mid-node cannot make the
+    // span end before it starts.
+    let start_ns = unix_ns();
     let start = Instant::now();
     let mut attempt = 0;
+    let timing = |attempt: u32| Timing {
+        start_ns,
+        end_ns: start_ns.saturating_add(u64::try_from(start.elapsed().as_nanos()).unwrap_or(0)),
+        attempts: attempt + 1,
+    };
     loop {
         match host.before_node(node.spec.runs_process()) {
             Ok(()) => {}
-            Err(Stop::Fail(reason)) => return (NodeRun::fail(reason), ms_since(start)),
+            Err(Stop::Fail(reason)) => return (NodeRun::fail(reason), timing(attempt)),
             Err(Stop::Halt(reason, detail)) => {
                 return (
                     NodeRun::Halt {
                         reason,
                         detail: Some(detail),
                     },
-                    ms_since(start),
+                    timing(attempt),
                 );
             }
         }
@@ -377,12 +410,8 @@ fn run_node(p: &Pipeline, c: &NodeCtx<'_>, host: &dyn Host, v: usize) -> (NodeRu
             );
             continue;
         }
-        return (r, ms_since(start));
+        return (r, timing(attempt));
     }
-}
-
-fn ms_since(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// One node of a dry run: what it would do.

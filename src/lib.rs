@@ -41,6 +41,7 @@ mod sandbox;
 mod schedule;
 mod schema;
 mod state;
+mod telemetry;
 mod template;
 mod tick;
 mod toml_read;

@@ -186,6 +186,30 @@ pub mod files {
     #[allow(dead_code)]
     pub struct ConfigFile {
         pub notify: Option<NotifyFile>,
+        pub telemetry: Option<TelemetryFile>,
+    }
+
+    /// Where each tick's OpenTelemetry trace goes (DESIGN §14) when the standard
+    /// `OTEL_EXPORTER_OTLP_*` variables do not say; they win where both are set.
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct TelemetryFile {
+        /// The collector's OTLP/HTTP base URL, e.g. "http://localhost:4318" (traces go to
+        /// `<it>/v1/traces`).
+        pub otlp_endpoint: Option<String>,
+        /// The encoding (default "http/protobuf").
+        pub protocol: Option<TelemetryProtocol>,
+        /// `service.name` of the traces (default "loopflow"; `OTEL_SERVICE_NAME` wins).
+        pub service_name: Option<String>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    pub enum TelemetryProtocol {
+        #[serde(rename = "http/protobuf")]
+        Protobuf,
+        #[serde(rename = "http/json")]
+        Json,
     }
 
     /// A command run at every halt, with the event as one JSON object on stdin.

@@ -186,7 +186,11 @@ pub fn demo(a: DemoArgs) -> i32 {
         "agent:   {exe} fake-agent --role {{{{role}}}} --prompt {{{{prompt}}}}\n"
     ));
     let cancel = AtomicBool::new(false);
-    let opts = RunOptions::default();
+    // Offline whatever the environment says: no trace leaves the machine from a demo.
+    let opts = RunOptions {
+        no_telemetry: true,
+        ..RunOptions::default()
+    };
     let mut ticks = Vec::new();
     for _ in 0..20 {
         match run_tick(&dir, "demo", &opts, &cancel) {

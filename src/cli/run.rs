@@ -111,6 +111,8 @@ pub fn run(project: &Path, a: RunArgs) -> i32 {
         pipeline: a.pipeline,
         dry_run: a.dry_run,
         parallel: a.parallel,
+        trace: None,
+        no_telemetry: false,
     };
     match run_tick(project, &a.loop_name, &opts, &cancel) {
         Ok(s) => {

@@ -16,12 +16,13 @@ mod json_origin;
 pub mod notify;
 mod project;
 pub mod sandbox;
+pub mod telemetry;
 mod work_source;
 
 pub use agent::{Agent, AgentKeys, DEFAULT_PRESET};
 pub use brakes::{Brakes, HARD_CONTEXT_FLOOR};
 pub use notify::Notify;
-pub use project::{ProjectConfig, is_project_config};
+pub use project::{ProjectConfig, is_project_config, path as project_config_path};
 pub use sandbox::{Network, SandboxConfig, SandboxMode};
 pub use work_source::WorkSource;
 

@@ -13,6 +13,7 @@ use super::Notify;
 #[derive(Debug, Clone, Default)]
 pub struct ProjectConfig {
     pub notify: Option<Notify>,
+    pub telemetry: Option<super::telemetry::Telemetry>,
 }
 
 /// `<project>/.loopflow/config.toml`.
@@ -47,9 +48,10 @@ impl ProjectConfig {
             return Ok(None);
         };
         let root = Table::new(&source, doc.get_ref(), 0..0, "");
-        root.deny_unknown(&["notify"], diags);
+        root.deny_unknown(&["notify", "telemetry"], diags);
         let notify = super::notify::read(root.table("notify", diags), diags);
-        Ok(Some(ProjectConfig { notify }))
+        let telemetry = super::telemetry::read(root.table("telemetry", diags), diags);
+        Ok(Some(ProjectConfig { notify, telemetry }))
     }
 
     /// The project's defaults: none when the file does not exist; an error text (with

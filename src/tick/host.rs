@@ -24,6 +24,8 @@ use crate::work_source::WorkSourceReader;
 
 /// Everything one tick holds while its nodes run; it is also their [`Host`].
 pub(super) struct Tick<'a> {
+    /// The tick's trace context: each spawned process gets `TRACEPARENT` for its node.
+    pub trace: Option<crate::telemetry::TraceIds>,
     pub paths: &'a LoopPaths,
     /// The log lines this tick appended (checked at its end).
     pub ledger: &'a Ledger,
@@ -157,6 +159,7 @@ impl<'a> Tick<'a> {
                 id: n.id.value.clone(),
                 status: NodeStatus::NotRun,
                 ms: 0,
+                trace: Default::default(),
             })
             .collect();
         s.dry_run = Some(DryRun {
@@ -354,6 +357,12 @@ impl Host for Tick<'_> {
         ];
         if let Some(p) = &proxy {
             env.extend(crate::environ::proxy_vars(p.addr()));
+        }
+        if let Some(t) = &self.trace {
+            env.push(("TRACEPARENT".into(), t.traceparent(node)));
+            if let Some(state) = &t.trace_state {
+                env.push(("TRACESTATE".into(), state.clone()));
+            }
         }
         env.extend(s.env.iter().cloned());
         let refused = Mutex::new(Vec::new());

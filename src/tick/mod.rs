@@ -20,6 +20,7 @@ pub(crate) mod confine;
 mod guard;
 mod host;
 mod settle;
+mod trace;
 
 use confine::Confinement;
 use host::Tick;
@@ -38,6 +39,22 @@ pub struct NodeSummary {
     pub id: String,
     pub status: NodeStatus,
     pub ms: u64,
+    /// For the tick's trace (DESIGN §14); not in `--json`.
+    #[serde(skip)]
+    pub trace: NodeTrace,
+}
+
+/// What a node's span says beyond the summary: its kind and role, when it ran, how often
+/// it was tried, its exit code and the spend its agent reported.
+#[derive(Debug, Clone, Default)]
+pub struct NodeTrace {
+    pub kind: &'static str,
+    pub role: Option<String>,
+    pub timing: crate::exec::Timing,
+    pub exit_code: Option<i32>,
+    pub cost_usd: Option<f64>,
+    pub tokens: Option<u64>,
+    pub cached: bool,
 }
 
 /// The `--json` tick summary (DESIGN §10).
@@ -53,6 +70,9 @@ pub struct Summary {
     pub nodes: Vec<NodeSummary>,
     #[serde(skip)]
     pub interrupted: bool,
+    /// What the tick's nodes spent, by the commit's rules (for its trace).
+    #[serde(skip)]
+    pub spent: (f64, u64),
     /// What a dry run would do (`run --dry-run`); only in a dry run's summary.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<DryRun>,
@@ -80,6 +100,7 @@ impl Summary {
             score: None,
             nodes: Vec::new(),
             interrupted: false,
+            spent: (0.0, 0),
             dry_run: None,
         }
     }
@@ -129,10 +150,61 @@ pub struct RunOptions {
     pub pipeline: Option<PathBuf>,
     pub dry_run: bool,
     pub parallel: bool,
+    /// The tick's trace context, when telemetry is configured (set by [`run_tick`]).
+    pub trace: Option<crate::telemetry::TraceIds>,
+    /// Export no trace whatever is configured (`demo`: offline, in a throw-away project).
+    pub no_telemetry: bool,
 }
 
-/// One tick of one loop.
+/// One tick of one loop; with telemetry configured (DESIGN §14), its trace is exported
+/// when it ends, whatever the outcome.
 pub fn run_tick(
+    project: &Path,
+    name: &str,
+    opts: &RunOptions,
+    cancel: &AtomicBool,
+) -> Result<Summary, RunError> {
+    if opts.dry_run || opts.no_telemetry {
+        return tick_once(project, name, opts, cancel);
+    }
+    let exporter = match crate::telemetry::Exporter::configured(project) {
+        None => return tick_once(project, name, opts, cancel),
+        Some(Err(e)) => {
+            let result = tick_once(project, name, opts, cancel);
+            telemetry_warn(project, name, format!("no trace exported: {e}"));
+            return result;
+        }
+        Some(Ok(ex)) => ex,
+    };
+    let start_ns = crate::exec::unix_ns();
+    let ids = crate::telemetry::TraceIds::start();
+    let traced = RunOptions {
+        trace: Some(ids.clone()),
+        ..opts.clone()
+    };
+    let result = tick_once(project, name, &traced, cancel);
+    if let Ok(summary) = &result
+        && ids.sampled
+    {
+        let spans = trace::tick_spans(&ids, (start_ns, crate::exec::unix_ns()), project, summary);
+        if let Err(e) = exporter.export(&spans) {
+            let msg = format!("the tick's trace was not exported to {}: {e}", exporter.url);
+            telemetry_warn(project, name, msg);
+        }
+    }
+    result
+}
+
+/// The one `WARN` (and stderr line) of a tick whose trace did not go out.
+fn telemetry_warn(project: &Path, name: &str, msg: String) {
+    let paths = LoopPaths::new(project, name);
+    eprintln!("warning: {msg}");
+    if paths.dir.is_dir() && paths.state.exists() {
+        let _ = paths.log(Event::Warn, &[LogArg::Kv("msg", msg)]);
+    }
+}
+
+fn tick_once(
     project: &Path,
     name: &str,
     opts: &RunOptions,
@@ -410,6 +482,7 @@ fn run_locked(
         l.clear();
     }
     let tick = Tick {
+        trace: opts.trace.clone(),
         paths,
         ledger,
         loaded: &loaded,

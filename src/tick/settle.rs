@@ -27,13 +27,26 @@ impl Tick<'_> {
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, n)| NodeSummary {
-                id: n.id.value.clone(),
-                status: w.status[i],
-                ms: w.ms[i],
+            .map(|(i, n)| {
+                let out = w.outputs[i].as_ref();
+                NodeSummary {
+                    id: n.id.value.clone(),
+                    status: w.status[i],
+                    ms: w.ms[i],
+                    trace: super::NodeTrace {
+                        kind: n.kind,
+                        role: n.spec.role().map(|r| r.value.clone()),
+                        timing: w.timing[i],
+                        exit_code: out.and_then(|o| o.exit_code),
+                        cost_usd: out.and_then(|o| o.cost_usd),
+                        tokens: out.and_then(|o| o.tokens),
+                        cached: out.is_some_and(|o| o.cached),
+                    },
+                }
             })
             .collect();
         let verdict = w.verdict();
+        let spend = crate::node::spend_of(w.outputs.iter().flatten());
         Summary {
             loop_name: self.paths.name.clone(),
             outcome: Outcome::Tick,
@@ -43,6 +56,7 @@ impl Tick<'_> {
             score: verdict.map(|v| v.score),
             nodes,
             interrupted: false,
+            spent: (spend.usd, spend.tokens),
             dry_run: None,
         }
     }

@@ -35,5 +35,6 @@ mod secrets;
 mod security;
 mod status_probe;
 mod support;
+mod telemetry;
 mod tick;
 mod worktree;
