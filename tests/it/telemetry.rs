@@ -434,3 +434,70 @@ fn nothing_is_exported_or_handed_on_when_nothing_is_configured() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("OpenTelemetry Collector"), "{r:?}");
 }
+
+/// An agent that exports a span of its own to the collector loopflow names (Python, with
+/// the same `opentelemetry-proto` definitions), parented on the `TRACEPARENT` it got.
+const SELF_TRACING_AGENT: &str = r#"#!/usr/bin/env python3
+import os, sys, time, urllib.request
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+role = sys.argv[1]
+tp = os.environ["TRACEPARENT"].split("-")
+req = trace_service_pb2.ExportTraceServiceRequest()
+span = req.resource_spans.add().scope_spans.add().spans.add()
+span.trace_id = bytes.fromhex(tp[1])
+span.parent_span_id = bytes.fromhex(tp[2])
+span.span_id = os.urandom(8)
+span.name = "agent " + role
+span.start_time_unix_nano = time.time_ns()
+span.end_time_unix_nano = time.time_ns() + 1000
+url = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] + "/v1/traces"
+r = urllib.request.Request(url, data=req.SerializeToString(), headers={"Content-Type": "application/x-protobuf"})
+urllib.request.urlopen(r, timeout=10).read()
+if role == "verify":
+    print('{"pass": false, "score": 0.5}')
+"#;
+
+#[test]
+fn an_agent_that_exports_its_own_spans_lands_under_its_node() {
+    if !receiver_available() {
+        return;
+    }
+    let p = Project::new();
+    let agent = p.write("agent.py", SELF_TRACING_AGENT);
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let rx = Receiver::start("ok");
+    p.with_loop(
+        "l",
+        &crate::support::LoopToml::new()
+            .harness_agent(&agent)
+            .brakes("score_plateau_window = 50")
+            // The collector is on loopback: the agent may reach it.
+            .table("sandbox", "network = \"open\""),
+    );
+    let r = tick(&p, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.endpoint())]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    let reqs = rx.requests();
+    // implement, verify and orchestrate each sent one; loopflow sent the tick's.
+    assert_eq!(reqs.len(), 4, "{reqs:?}");
+    let tick_spans = spans(reqs.last().unwrap());
+    let root = tick_spans.iter().find(|s| s["name"] == "tick l").unwrap();
+    for role in ["implement", "verify", "orchestrate"] {
+        let theirs = reqs
+            .iter()
+            .flat_map(|r| {
+                r["request"]["resourceSpans"][0]["scopeSpans"][0]["spans"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .find(|s| s["name"] == format!("agent {role}"))
+            .unwrap_or_else(|| panic!("no span from the {role} agent: {reqs:?}"));
+        let node = tick_spans.iter().find(|s| s["name"] == role).unwrap();
+        assert_eq!(theirs["traceId"], root["traceId"], "{role}");
+        assert_eq!(theirs["parentSpanId"], node["spanId"], "{role}");
+    }
+}
