@@ -501,3 +501,54 @@ fn an_agent_that_exports_its_own_spans_lands_under_its_node() {
         assert_eq!(theirs["parentSpanId"], node["spanId"], "{role}");
     }
 }
+
+#[test]
+fn the_daemon_exports_every_loops_tick_and_a_slow_collector_stops_none() {
+    if !receiver_available() {
+        return;
+    }
+    for mode in ["ok", "slow"] {
+        let (p, _) = traced_project();
+        let agent = p.join("agent.sh");
+        p.agent_loop("m", &agent, "score_plateau_window = 50");
+        let rx = Receiver::start(mode);
+        let mut c = p.lf_cmd(&[
+            "daemon",
+            "--all",
+            "--max-iterations",
+            "2",
+            "--max-concurrent",
+            "2",
+        ]);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("OTEL_") || k == "TRACEPARENT" {
+                c.env_remove(k);
+            }
+        }
+        c.env("OTEL_EXPORTER_OTLP_ENDPOINT", rx.endpoint())
+            .env("OTEL_EXPORTER_OTLP_TIMEOUT", "700");
+        let r = Run::of(&mut c);
+        assert_eq!(r.code, 0, "{mode}: {r:?}");
+        // Each loop ticked once and its trace went out (or, slow, was given up on).
+        for l in ["l", "m"] {
+            assert_eq!(p.state(l)["iteration_count"], 1, "{mode}: {l}");
+            let warned = p
+                .read(&format!(".loopflow/loops/{l}/.state.log"))
+                .contains("trace was not exported");
+            assert_eq!(warned, mode == "slow", "{mode}: {l}");
+        }
+        wait_until("both traces at the collector", || rx.requests().len() == 2);
+        let mut roots: Vec<String> = rx
+            .requests()
+            .iter()
+            .map(|q| {
+                spans(q).iter().find(|s| s["parentSpanId"] == "").unwrap()["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        roots.sort();
+        assert_eq!(roots, ["tick l", "tick m"], "{mode}");
+    }
+}
