@@ -100,8 +100,22 @@ fn the_registry_is_kept_by_add_remove_and_list() {
     assert_eq!(r.code, 3, "{r:?}");
     assert!(r.stderr.contains(&file.display().to_string()), "{r:?}");
     assert!(r.stderr.contains("line 2"), "{r:?}");
-    // An empty registry: --all has nothing to show, and says how to fill it.
+    // `create` offers the registry to a project it does not list, and only then.
+    let c = Project::git();
+    let r = lf_in(c.path(), cfg, &["create", "--loop", "x", "--task", "t"]);
+    // (A registry that does not parse costs `create` nothing, and it offers nothing.)
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stdout.contains("projects add"), "{r:?}");
     std::fs::remove_file(&file).unwrap();
+    let r = lf_in(c.path(), cfg, &["create", "--loop", "y", "--task", "t"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("`loopflow projects add`"), "{r:?}");
+    assert_eq!(lf_in(c.path(), cfg, &["projects", "add"]).code, 0);
+    let r = lf_in(c.path(), cfg, &["create", "--loop", "z", "--task", "t"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stdout.contains("projects add"), "{r:?}");
+    std::fs::remove_file(&file).unwrap();
+    // An empty registry: --all has nothing to show, and says how to fill it.
     let r = lf_in(a.path(), cfg, &["status", "--all"]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("loopflow projects add"), "{r:?}");
