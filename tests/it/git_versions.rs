@@ -83,7 +83,8 @@ fn logging_git(p: &Project, log: &Path) -> String {
     std::env::join_paths(dirs).unwrap().into_string().unwrap()
 }
 
-/// Every git command the tick ran, by its subcommand (what follows the `-c` options).
+/// Every git command the tick ran, by its subcommand (what follows the `-c` and `--`
+/// options).
 fn subcommands(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
@@ -94,7 +95,7 @@ fn subcommands(log: &Path) -> Vec<String> {
             while let Some(w) = words.next() {
                 if w == "-c" {
                     words.next();
-                } else if !w.starts_with("--git-dir=") && !w.starts_with("--work-tree=") {
+                } else if !w.starts_with("--") {
                     sub = w;
                     break;
                 }
@@ -134,5 +135,52 @@ fn a_worktree_tick_that_changes_nothing_starts_git_once() {
             "update-ref"
         ],
         "{r:?}"
+    );
+}
+
+/// Only what `status` lists is staged (not `add -A .`): a tick that deletes, edits, adds
+/// in a new directory and renames (staged by the agent, then edited) commits exactly
+/// those changes.
+#[test]
+fn the_commit_holds_every_kind_of_change_status_lists() {
+    let (p, w) = git_commit_project(
+        "rm src/gone.rs && echo edited >> src/kept.rs && mkdir -p src/new/deep && echo n > src/new/deep/n.rs && git mv src/old.rs src/moved.rs && echo more >> src/moved.rs",
+    );
+    std::fs::create_dir_all(w.join("src")).unwrap();
+    for f in ["gone", "kept", "old"] {
+        std::fs::write(w.join(format!("src/{f}.rs")), format!("{f}\n")).unwrap();
+    }
+    crate::support::commit_all(&w, "files");
+    let r = p.lf(&["run", "--loop", "g", "--json"]);
+    assert_eq!(r.json()["outcome"], "tick", "{r:?}");
+    let changes = git(
+        &w,
+        &[
+            "diff-tree",
+            "--no-commit-id",
+            "-r",
+            "--name-status",
+            "HEAD~1",
+            "HEAD",
+        ],
+    );
+    let mut lines: Vec<&str> = changes.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "A\tsrc/moved.rs",
+            "A\tsrc/new/deep/n.rs",
+            "D\tsrc/gone.rs",
+            "D\tsrc/old.rs",
+            "M\tsrc/kept.rs"
+        ],
+        "{changes}"
+    );
+    // The renamed file as the agent left it: staged, then edited.
+    assert_eq!(git(&w, &["show", "HEAD:src/moved.rs"]), "old\nmore\n");
+    assert!(
+        git(&w, &["status", "--porcelain"]).is_empty(),
+        "all of it committed"
     );
 }

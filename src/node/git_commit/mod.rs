@@ -9,7 +9,7 @@
 
 mod baseline;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use baseline::{Baseline, BaselineError};
 
@@ -157,7 +157,7 @@ impl GitCommitNode {
         if let Err(why) = Linked::open(ctx.scope().project, &linked.work_tree, &linked.branch) {
             return halt(format!("{}: {why}", linked.work_tree.display()));
         }
-        let status = match linked.status_paths() {
+        let status = match linked.status() {
             Ok(p) => p,
             Err(e) => return failed(e),
         };
@@ -169,6 +169,7 @@ impl GitCommitNode {
         // A nested repository makes `git add` fail (or record a gitlink): refused first.
         let nested: Vec<Refused> = status
             .iter()
+            .flat_map(|e| std::iter::once(&e.path).chain(&e.orig))
             .filter(|p| linked.work_tree.join(p).join(".git").exists())
             .map(|p| Refused::Nested {
                 path: p.display().to_string(),
@@ -180,8 +181,14 @@ impl GitCommitNode {
                 joined(&nested)
             ));
         }
-        let exclude = format!(":(exclude,top){}", crate::blast::OUTPUT_DIR);
-        if let Err(e) = linked.out(&["add", "-A", "--", ".", &exclude], "add") {
+        // Everything status listed but the agents' output directory, which never lands.
+        let out_dir = Path::new(crate::blast::OUTPUT_DIR);
+        let to_stage: Vec<PathBuf> = status
+            .into_iter()
+            .filter(|e| e.unstaged && !e.path.starts_with(out_dir))
+            .map(|e| e.path)
+            .collect();
+        if let Err(e) = linked.stage(&to_stage) {
             return failed(e);
         }
         let tree = match linked.out(&["write-tree"], "write-tree") {
