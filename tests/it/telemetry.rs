@@ -552,3 +552,41 @@ fn the_daemon_exports_every_loops_tick_and_a_slow_collector_stops_none() {
         assert_eq!(roots, ["tick l", "tick m"], "{mode}");
     }
 }
+
+#[test]
+fn an_aborted_tick_exports_with_its_failed_node_in_error() {
+    if !receiver_available() {
+        return;
+    }
+    let p = Project::new();
+    let agent = p.script("agent.sh", "exit 1");
+    p.agent_loop("l", &agent, "max_consecutive_aborts = 5");
+    let rx = Receiver::start("ok");
+    let r = tick(&p, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &rx.endpoint())]);
+    assert_eq!(r.json()["outcome"], "abort", "{r:?}");
+    let reqs = rx.requests();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    let spans = spans(&reqs[0]);
+    let root = spans.iter().find(|s| s["name"] == "tick l").unwrap();
+    assert_eq!(
+        attr(root, "loopflow.outcome").unwrap()["stringValue"],
+        "abort"
+    );
+    assert!(attr(root, "loopflow.abort_reason").is_some(), "{root}");
+    assert_eq!(root["status"]["code"], "STATUS_CODE_ERROR", "{root}");
+    let implement = spans.iter().find(|s| s["name"] == "implement").unwrap();
+    assert_eq!(
+        implement["status"]["code"], "STATUS_CODE_ERROR",
+        "{implement}"
+    );
+    assert_eq!(
+        attr(implement, "loopflow.node.status").unwrap()["stringValue"],
+        "failed"
+    );
+    assert_eq!(
+        attr(implement, "process.exit.code").unwrap()["intValue"],
+        "1"
+    );
+    // Nothing ran after the failed node.
+    assert!(spans.iter().all(|s| s["name"] != "verify"), "{spans:?}");
+}
