@@ -186,6 +186,37 @@ pub fn common_dir(project: &Path) -> Result<PathBuf, GitError> {
     Ok(path_of(trim_newline(&out)))
 }
 
+/// The paths that differ between commits `from` and `to` of the repository at `top`
+/// (`diff --name-only --no-renames`: both sides of a rename).
+pub fn changed_between(top: &Path, from: &str, to: &str) -> Result<Vec<PathBuf>, GitError> {
+    let raw = ok(
+        git(
+            top,
+            &["diff", "--name-only", "-z", "--no-renames", from, to],
+        )?,
+        "diff",
+    )?;
+    Ok(raw
+        .split(|b| *b == 0)
+        .filter(|f| !f.is_empty())
+        .map(path_of)
+        .collect())
+}
+
+/// The absolute top level of the working tree `cwd` is in, as git decides it
+/// (`rev-parse --show-toplevel`), `None` outside any.
+pub fn show_toplevel(cwd: &Path) -> Option<PathBuf> {
+    let o = git(
+        cwd,
+        &["rev-parse", "--path-format=absolute", "--show-toplevel"],
+    )
+    .ok()?;
+    if !o.status.success() {
+        return None;
+    }
+    Some(path_of(trim_newline(&o.stdout)))
+}
+
 /// A path as git prints it with `-z`: bytes, not necessarily UTF-8.
 #[cfg(unix)]
 pub fn path_of(b: &[u8]) -> PathBuf {
@@ -415,6 +446,66 @@ impl Linked {
             Some(list),
         )?;
         ok(out, "add").map(|_| ())
+    }
+
+    /// Writes the index as a tree (`write-tree`); its id.
+    pub fn write_tree(&self) -> Result<String, GitError> {
+        let t = self.out(&["write-tree"], "write-tree")?;
+        Ok(String::from_utf8_lossy(&t).trim().to_string())
+    }
+
+    /// Puts the branch and the index back on `commit`, the worktree's files left as they
+    /// are (`reset --mixed`).
+    pub fn reset_to(&self, commit: &str) -> Result<(), GitError> {
+        self.out(&["reset", "-q", "--mixed", commit, "--"], "reset")
+            .map(|_| ())
+    }
+
+    /// The subjects of the commits in `from..to`, newest first, at most `max`, each as
+    /// `- <subject>`.
+    pub fn subjects(&self, from: &str, to: &str, max: usize) -> Result<String, GitError> {
+        let range = format!("{from}..{to}");
+        let n = max.to_string();
+        let log = self.out(&["log", "--format=- %s", "-n", &n, &range], "log")?;
+        Ok(String::from_utf8_lossy(&log).trim_end().to_string())
+    }
+
+    /// A commit of `tree` on `parent` with `message`, by loopflow (`commit-tree`: no
+    /// hooks, no branch moved); its id.
+    pub fn commit_tree(&self, tree: &str, parent: &str, message: &str) -> Result<String, GitError> {
+        let c = self.out(
+            &[
+                "-c",
+                "user.name=loopflow",
+                "-c",
+                "user.email=loopflow@localhost",
+                "commit-tree",
+                tree,
+                "-p",
+                parent,
+                "-m",
+                message,
+            ],
+            "commit-tree",
+        )?;
+        Ok(String::from_utf8_lossy(&c).trim().to_string())
+    }
+
+    /// Moves the loop's branch to `new` only if it is still at `old` (`update-ref`'s
+    /// compare-and-swap), with a reflog entry.
+    pub fn move_branch(&self, new: &str, old: &str) -> Result<(), GitError> {
+        self.out(
+            &[
+                "update-ref",
+                "-m",
+                "loopflow git-commit",
+                &self.branch,
+                new,
+                old,
+            ],
+            "update-ref",
+        )
+        .map(|_| ())
     }
 
     /// [`Linked::git`], its stdout on success.

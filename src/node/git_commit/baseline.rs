@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::git::{GitError, Linked, WorktreeError, changed_paths, git, ok};
+use crate::git::{GitError, Linked, WorktreeError, changed_paths};
 
 /// The most files stamped in a project without git; past it the tick says so and checks
 /// nothing rather than walk a huge tree twice per tick.
@@ -144,18 +144,8 @@ impl Baseline {
                 if let Some(h) = head
                     && rev(top, "HEAD").as_deref() != Some(h.as_str())
                 {
-                    let raw = ok(
-                        git(
-                            top,
-                            &["diff", "--name-only", "-z", "--no-renames", h, "HEAD"],
-                        )?,
-                        "diff",
-                    )?;
-                    out.extend(
-                        raw.split(|b| *b == 0)
-                            .filter(|f| !f.is_empty())
-                            .map(|f| top.join(crate::git::path_of(f))),
-                    );
+                    let changed = crate::git::changed_between(top, h, "HEAD")?;
+                    out.extend(changed.into_iter().map(|p| top.join(p)));
                 }
                 out.sort();
                 out.dedup();
@@ -194,16 +184,7 @@ fn toplevel(cwd: &Path) -> Option<PathBuf> {
     {
         return None;
     }
-    let o = git(
-        cwd,
-        &["rev-parse", "--path-format=absolute", "--show-toplevel"],
-    )
-    .ok()?;
-    if !o.status.success() {
-        return None;
-    }
-    let b = o.stdout.strip_suffix(b"\n").unwrap_or(&o.stdout);
-    Some(crate::git::path_of(b))
+    crate::git::show_toplevel(cwd)
 }
 
 fn rev(top: &Path, r: &str) -> Option<String> {

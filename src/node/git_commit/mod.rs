@@ -191,8 +191,8 @@ impl GitCommitNode {
         if let Err(e) = linked.stage(&to_stage) {
             return failed(e);
         }
-        let tree = match linked.out(&["write-tree"], "write-tree") {
-            Ok(t) => String::from_utf8_lossy(&t).trim().to_string(),
+        let tree = match linked.write_tree() {
+            Ok(t) => t,
             Err(e) => return failed(e),
         };
         let changes = match linked.diff(base, &tree) {
@@ -214,7 +214,7 @@ impl GitCommitNode {
         let head = linked.rev(&linked.branch);
         if !refused.is_empty() {
             // Branch and index back where the tick found them; the files stay for review.
-            let reset = linked.out(&["reset", "-q", "--mixed", base, "--"], "reset");
+            let reset = linked.reset_to(base);
             let mut detail = joined(&refused);
             match reset {
                 Ok(_) => detail.push_str(&format!(
@@ -233,46 +233,19 @@ impl GitCommitNode {
             Ok(m) => m,
             Err(e) => return NodeRun::fail(Failure::Template(e)),
         };
-        if head.as_deref() != Some(base) {
-            let range = format!("{base}..{}", linked.branch);
-            if let Ok(log) = linked.out(&["log", "--format=- %s", "-n", "50", &range], "log")
-                && !log.is_empty()
-            {
-                message.push_str("\n\nThe agent's own commits, folded into this one:\n");
-                message.push_str(String::from_utf8_lossy(&log).trim_end());
-            }
+        if head.as_deref() != Some(base)
+            && let Ok(log) = linked.subjects(base, &linked.branch, 50)
+            && !log.is_empty()
+        {
+            message.push_str("\n\nThe agent's own commits, folded into this one:\n");
+            message.push_str(&log);
         }
-        let commit = linked.out(
-            &[
-                "-c",
-                "user.name=loopflow",
-                "-c",
-                "user.email=loopflow@localhost",
-                "commit-tree",
-                &tree,
-                "-p",
-                base,
-                "-m",
-                &message,
-            ],
-            "commit-tree",
-        );
-        let commit = match commit {
-            Ok(c) => String::from_utf8_lossy(&c).trim().to_string(),
+        let commit = match linked.commit_tree(&tree, base, &message) {
+            Ok(c) => c,
             Err(e) => return failed(e),
         };
         let old = head.unwrap_or_else(|| base.to_string());
-        if let Err(e) = linked.out(
-            &[
-                "update-ref",
-                "-m",
-                "loopflow git-commit",
-                &linked.branch,
-                &commit,
-                &old,
-            ],
-            "update-ref",
-        ) {
+        if let Err(e) = linked.move_branch(&commit, &old) {
             return failed(e);
         }
         NodeRun::Ok(NodeOutput {
