@@ -362,35 +362,48 @@ impl Linked {
         let me = std::fs::canonicalize(work_tree.join(".git"))
             .or_else(|_| std::fs::canonicalize(work_tree).map(|w| w.join(".git")))
             .map_err(io(work_tree.to_path_buf()))?;
-        let admin = std::fs::read_dir(common.join("worktrees"))
-            .map_err(|source| WorktreeError::NoWorktrees {
-                common: common.clone(),
-                source,
-            })?
-            .flatten()
-            .map(|e| e.path())
-            .find(|d| {
-                // git ≥ 2.48 with `worktree.useRelativePaths` writes it relative to `d`.
-                crate::fs_safe::head(&d.join("gitdir"), 4096)
-                    .ok()
-                    .map(|b| local::relative_to(d, &b))
-                    .and_then(|p| std::fs::canonicalize(p).ok())
-                    .is_some_and(|p| p == me)
-            })
-            .ok_or_else(|| WorktreeError::NotLinked {
-                work_tree: work_tree.to_path_buf(),
-                common: common.clone(),
-                loop_name: loop_of(branch),
-            })?;
-        // The `.git` file in the worktree is the agent's to write: it must still point here.
-        // (A relative `gitdir:` is relative to the worktree, as git reads it.)
+        // A record (`<admin>/gitdir`, which agents cannot write) that names this worktree.
+        // git ≥ 2.48 with `worktree.useRelativePaths` writes it relative to `<admin>`.
+        let names_me = |d: &Path| {
+            crate::fs_safe::head(&d.join("gitdir"), 4096)
+                .ok()
+                .map(|b| local::relative_to(d, &b))
+                .and_then(|p| std::fs::canonicalize(p).ok())
+                .is_some_and(|p| p == me)
+        };
+        // The `.git` file in the worktree is the agent's to write: it must still point at
+        // the record that names this worktree. (A relative `gitdir:` is relative to the
+        // worktree, as git reads it.)
         let dotgit = crate::fs_safe::head(&work_tree.join(".git"), 4096)
             .map_err(io(work_tree.join(".git")))?;
         let named = trim_newline(&dotgit)
             .strip_prefix(b"gitdir: ")
             .map(|p| local::relative_to(work_tree, p))
             .and_then(|p| std::fs::canonicalize(p).ok());
-        if named != std::fs::canonicalize(&admin).ok() {
+        let records = common.join("worktrees");
+        let records_dir = std::fs::canonicalize(&records).ok();
+        // The record `.git` names, when it is one of this repository's and names this
+        // worktree back: then no other record needs reading (one per loop in the repo).
+        let direct = named.as_ref().filter(|n| {
+            records_dir.is_some() && n.parent() == records_dir.as_deref() && names_me(n)
+        });
+        let admin = match direct {
+            Some(n) => n.clone(),
+            None => std::fs::read_dir(&records)
+                .map_err(|source| WorktreeError::NoWorktrees {
+                    common: common.clone(),
+                    source,
+                })?
+                .flatten()
+                .map(|e| e.path())
+                .find(|d| names_me(d))
+                .ok_or_else(|| WorktreeError::NotLinked {
+                    work_tree: work_tree.to_path_buf(),
+                    common: common.clone(),
+                    loop_name: loop_of(branch),
+                })?,
+        };
+        if direct.is_none() && named != std::fs::canonicalize(&admin).ok() {
             return Err(WorktreeError::Repointed {
                 work_tree: work_tree.to_path_buf(),
                 admin,
@@ -423,8 +436,9 @@ impl Linked {
     }
 
     /// Stages exactly `paths` (relative to the worktree, each one `status` says has
-    /// something unstaged: deleted ones too) as `git add -A` would, taken literally (no glob or magic in a name means
-    /// anything) and read from stdin, so any number of them fits. Staging only what
+    /// something unstaged: deleted ones too) as `git add -A` would, taken literally (no
+    /// glob or magic in a name means anything) and read from stdin, so any number of
+    /// them fits. Staging only what
     /// `status` listed, instead of `add -A .`, keeps git from scanning the whole tree a
     /// second time: in a 50,000-file repository that scan is as long as `status` itself.
     pub fn stage(&self, paths: &[PathBuf]) -> Result<(), GitError> {
