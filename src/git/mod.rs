@@ -4,6 +4,8 @@
 //! common directory is, what a branch points at — are answered from the files in
 //! [`local`] where they settle it, and by git where they do not.
 
+#[cfg(unix)]
+mod clean;
 mod local;
 
 use std::ffi::{OsStr, OsString};
@@ -460,6 +462,20 @@ impl Linked {
             Some(list),
         )?;
         ok(out, "add").map(|_| ())
+    }
+
+    /// Whether this worktree is certainly clean with HEAD at `head`, told from the index
+    /// and the files without starting git (see `clean.rs`); `false` means "ask git".
+    pub fn certainly_clean(&self, head: &str) -> bool {
+        #[cfg(unix)]
+        {
+            clean::certainly_clean(&self.git_dir, &self.common, &self.work_tree, head)
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = head;
+            false
+        }
     }
 
     /// Writes the index as a tree (`write-tree`); its id.

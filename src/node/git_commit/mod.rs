@@ -157,6 +157,10 @@ impl GitCommitNode {
         if let Err(why) = Linked::open(ctx.scope().project, &linked.work_tree, &linked.branch) {
             return halt(format!("{}: {why}", linked.work_tree.display()));
         }
+        // Nothing changed, told from the index and the files: no git process at all.
+        if linked.rev(&linked.branch).as_deref() == Some(base) && linked.certainly_clean(base) {
+            return NodeRun::Ok(NodeOutput::default());
+        }
         let status = match linked.status() {
             Ok(p) => p,
             Err(e) => return failed(e),
