@@ -42,7 +42,7 @@ pub fn certainly_clean(admin: &Path, common: &Path, work_tree: &Path, head: &str
 }
 
 fn check(admin: &Path, common: &Path, work_tree: &Path, head: &str) -> Option<bool> {
-    if head.len() != 40 {
+    if head.len() != 40 || !head.bytes().all(|c| c.is_ascii_hexdigit()) {
         return Some(false);
     }
     let index_path = admin.join("index");
@@ -115,7 +115,7 @@ fn check(admin: &Path, common: &Path, work_tree: &Path, head: &str) -> Option<bo
         }
         names.insert(name);
     }
-    if !root_tree_is(&index[at..], count, common, head)? {
+    if !root_tree_is(index.get(at..)?, count, common, head)? {
         return Some(false);
     }
     Some(no_untracked(work_tree, &names))
@@ -242,6 +242,50 @@ mod tests {
         let invalid = b"\x00-1 0\n".to_vec();
         assert_eq!(tree_root(&invalid, 2), None);
         assert_eq!(tree_root(b"src\x001 0\n", 1), None, "not the root");
+    }
+
+    #[test]
+    fn a_malformed_index_is_never_clean_and_never_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let (admin, common, wt) = (
+            dir.path().join("a"),
+            dir.path().join("c"),
+            dir.path().join("w"),
+        );
+        for d in [&admin, &common, &wt] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(wt.join("f"), "x").unwrap();
+        let head = "ab".repeat(20);
+        let mut entry = vec![0u8; 62];
+        entry[60..62].copy_from_slice(&1u16.to_be_bytes()); // a one-byte name
+        entry.push(b'f');
+        let mut cases: Vec<Vec<u8>> = vec![
+            Vec::new(),
+            b"DIRC".to_vec(),
+            b"DIRC\0\0\0\x02\0\0\0\x01".to_vec(),
+            b"DIRC\0\0\0\x04\0\0\0\0".to_vec(),
+        ];
+        // An entry whose padding runs past the end, and one followed by a torn TREE.
+        let mut past_end = b"DIRC\0\0\0\x02\0\0\0\x01".to_vec();
+        past_end.extend_from_slice(&entry);
+        cases.push(past_end.clone());
+        let mut torn = past_end;
+        torn.extend_from_slice(&[0; 7]);
+        torn.extend_from_slice(b"TREE\xff\xff\xff\xff\x00");
+        cases.push(torn);
+        for (i, bytes) in cases.iter().enumerate() {
+            std::fs::write(admin.join("index"), bytes).unwrap();
+            assert!(!certainly_clean(&admin, &common, &wt, &head), "case {i}");
+            for cut in 0..bytes.len() {
+                std::fs::write(admin.join("index"), &bytes[..cut]).unwrap();
+                assert!(
+                    !certainly_clean(&admin, &common, &wt, &head),
+                    "case {i} cut {cut}"
+                );
+            }
+        }
+        assert!(!certainly_clean(&admin, &common, &wt, "not hex"));
     }
 
     #[test]
