@@ -178,6 +178,41 @@ fn fact(out: &mut String, k: &str, v_html: &str) {
     let _ = write!(out, "<dt>{}</dt><dd>{v_html}</dd>", escape(k));
 }
 
+/// Over many projects, one chip per project: its loops, how many wait for a human, or
+/// that it cannot be read. Nothing for one project.
+fn projects_line(o: &mut String, views: &[&LoopView]) {
+    let mut by: std::collections::BTreeMap<&str, (usize, usize, bool)> = Default::default();
+    for v in views {
+        let Some(p) = v.project.as_deref() else {
+            continue;
+        };
+        let e = by.entry(p).or_default();
+        if v.project_broken {
+            e.2 = true;
+        } else {
+            e.0 += 1;
+            e.1 += usize::from(v.standing() == Standing::Halted);
+        }
+    }
+    if by.is_empty() {
+        return;
+    }
+    o.push_str("<div class=\"projects\">");
+    for (p, (loops, halted, broken)) in by {
+        let (class, what) = match (broken, halted) {
+            (true, _) => ("broken", "unreadable".to_string()),
+            (false, 0) => ("", format!("{loops} loop(s)")),
+            (false, h) => ("needs", format!("{loops} loop(s), {h} halted")),
+        };
+        let _ = write!(
+            o,
+            "<span class=\"project {class}\"><b>{}</b> {what}</span>",
+            escape(p)
+        );
+    }
+    o.push_str("</div>");
+}
+
 /// One loop's card.
 pub fn article(v: &LoopView) -> String {
     if v.project_broken {
@@ -445,6 +480,7 @@ pub fn summary(views: &[&LoopView]) -> String {
         "<th>{}</th></tr></tfoot></table></details></div>",
         total.iter().sum::<u64>()
     );
+    projects_line(&mut o, views);
     o
 }
 

@@ -253,6 +253,13 @@ fn report_over_many_projects_shows_every_loop_and_the_broken_project() {
     );
     assert!(html.contains(&approve), "{approve} not in {html}");
     assert!(html.contains("project unreadable"), "{html}");
+    // The summary has a chip per project: its loops, its halted ones, or unreadable.
+    assert!(
+        html.contains(&format!("<b>{lb}</b> 2 loop(s), 1 halted")),
+        "{html}"
+    );
+    assert!(html.contains(&format!("<b>{la}</b> 1 loop(s)")), "{html}");
+    assert!(html.contains("<b>gone</b> unreadable"), "{html}");
     assert!(html.contains("3 projects: "), "{html}");
 }
 
