@@ -23,6 +23,56 @@ use crate::toml_read::Str;
 /// by a `.gitignore` of its own, never part of the work.
 pub const OUTPUT_DIR: &str = ".loopflow-out";
 
+/// Build output that a fresh project of its language would git-ignore (DESIGN §9): never
+/// committed as a loop's work — written to the loop repository's `info/exclude`, so git
+/// does not even list it — unless the blast radius `allow`s it by name
+/// ([`allowed_by_name`]). Only untracked files are kept out: what the project already
+/// tracks under these names is the project's.
+pub const BUILD_OUTPUT: &[&str] = &[
+    // Rust, Java (Maven)
+    "target/",
+    // Node
+    "node_modules/",
+    "dist/",
+    ".next/",
+    "coverage/",
+    ".nyc_output/",
+    // Python
+    "__pycache__/",
+    "*.pyc",
+    "*.pyo",
+    ".pytest_cache/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    ".tox/",
+    ".nox/",
+    "*.egg-info/",
+    ".coverage",
+    ".coverage.*",
+    "htmlcov/",
+    // Java (Gradle), Kotlin
+    ".gradle/",
+    "*.class",
+];
+
+/// Whether an `allow` glob names build-output `pattern`: a glob with a path component
+/// that is the directory's name (`dist/**`, `**/__pycache__/*`), or, for a file pattern
+/// (`*.pyc`), one that ends in it (`**/*.pyc`). `**` alone names nothing.
+pub fn allowed_by_name(pattern: &str, allow: &[String]) -> bool {
+    match pattern.strip_suffix('/') {
+        Some(dir) => allow
+            .iter()
+            .any(|g| g.split('/').any(|c| c == dir || c == pattern)),
+        None => {
+            let tail = pattern.trim_start_matches('*');
+            allow.iter().any(|g| {
+                let last = g.rsplit('/').next().unwrap_or(g);
+                last == pattern || (!tail.is_empty() && last.ends_with(tail) && last != "*")
+            })
+        }
+    }
+}
+
 pub const ALWAYS_DENIED: &[&str] = &[
     ".git",
     ".git/**",

@@ -66,7 +66,7 @@ pub fn evaluate(
 ) -> GateReport {
     let place = config
         .worktree
-        .then(|| crate::worktree::place(paths, state));
+        .then(|| crate::worktree::place(paths, config.worktree_dir.as_deref()));
     evaluate_at(config, state, paths, work, place)
 }
 
@@ -77,7 +77,7 @@ pub fn evaluate_at(
     state: &State,
     paths: &LoopPaths,
     work: &WorkSourceReader<'_>,
-    place: Option<crate::worktree::Place>,
+    place: Option<Result<crate::worktree::Place, crate::worktree::LocationError>>,
 ) -> GateReport {
     let b = &config.brakes;
     let mut checks = Vec::new();
@@ -201,36 +201,15 @@ pub fn evaluate_at(
         },
     );
 
-    // The worktree before the work source: an audit command runs in the worktree, and one
-    // that is another checkout's is not run at all.
-    let refusal = place.as_ref().and_then(|p| p.refusal(&paths.name));
-    if let Some(why) = &refusal {
-        decide(
-            GateVerdict::Skip(SkipReason::WorktreeElsewhere),
-            &mut checks,
-            Check {
-                name: "worktree",
-                ok: false,
-                detail: why.clone(),
-            },
-        );
-    }
     let mut unreadable = None;
-    let (task_ok, task_detail, task) = match &refusal {
-        Some(_) => (
-            false,
-            "not read: the loop's worktree is another checkout's".to_string(),
-            None,
-        ),
-        _ => match work.current() {
-            Ok(Some(t)) => (true, format!("{} (from {})", t.id, t.source), Some(t)),
-            Ok(None) => (false, "no current task".to_string(), None),
-            Err(e) => {
-                let why = format!("work source unreadable: {e}");
-                unreadable = Some(why.clone());
-                (false, why, None)
-            }
-        },
+    let (task_ok, task_detail, task) = match work.current() {
+        Ok(Some(t)) => (true, format!("{} (from {})", t.id, t.source), Some(t)),
+        Ok(None) => (false, "no current task".to_string(), None),
+        Err(e) => {
+            let why = format!("work source unreadable: {e}");
+            unreadable = Some(why.clone());
+            (false, why, None)
+        }
     };
     decide(
         GateVerdict::Skip(SkipReason::NoCurrentTask),
@@ -259,17 +238,26 @@ pub fn evaluate_at(
 
     let worktree = match place {
         None => Some((true, "worktree disabled".to_string())),
-        Some(crate::worktree::Place::Own(path)) => {
-            Some((true, format!("worktree at {}", path.display())))
+        Some(Ok(crate::worktree::Place::Own(c))) => {
+            Some((true, format!("worktree at {}", c.work_tree.display())))
         }
-        Some(crate::worktree::Place::Missing(path)) => Some((
+        Some(Ok(crate::worktree::Place::Missing(c))) => Some((
             false,
-            format!("worktree configured but missing at {}", path.display()),
+            format!(
+                "worktree configured but missing at {} (`loopflow worktree restore --loop {}` makes it)",
+                c.work_tree.display(),
+                paths.name
+            ),
         )),
-        // Checked above, before the work source.
-        Some(
-            crate::worktree::Place::Elsewhere { .. } | crate::worktree::Place::Unlinked { .. },
-        ) => None,
+        Some(Ok(crate::worktree::Place::Nested { old, new })) => Some((
+            true,
+            format!(
+                "worktree in the old layout at {}; the next tick moves it to {}",
+                old.display(),
+                new.work_tree.display()
+            ),
+        )),
+        Some(Err(e)) => Some((false, e.to_string())),
     };
     if let Some((ok, detail)) = worktree {
         decide(

@@ -261,8 +261,10 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
             paths.dir.display()
         )));
     }
+    // The worktree first: a project it cannot be made for gets no loop directory either.
+    // (Its `info/exclude` follows the loop's blast radius from the first tick on.)
     let worktree_path = if o.worktree {
-        Some(create_worktree(project, &paths)?)
+        Some(create_worktree(&paths, None, &[])?)
     } else {
         None
     };
@@ -383,7 +385,12 @@ fn adopt(
         )));
     }
     let worktree_path = if config.worktree {
-        Some(create_worktree(project, &paths)?)
+        let allow: Vec<String> = config.allow.iter().map(|a| a.value.clone()).collect();
+        Some(create_worktree(
+            &paths,
+            config.worktree_dir.as_deref(),
+            &allow,
+        )?)
     } else {
         None
     };
@@ -427,55 +434,16 @@ fn retarget_schema(text: &str, target: &str) -> String {
     }
 }
 
-fn create_worktree(project: &Path, paths: &LoopPaths) -> Result<PathBuf, CreateError> {
-    use crate::git::git;
-    fn fail(m: impl std::fmt::Display) -> CreateError {
+fn create_worktree(
+    paths: &LoopPaths,
+    dir: Option<&Path>,
+    allow: &[String],
+) -> Result<PathBuf, CreateError> {
+    crate::worktree::create(paths, dir, allow).map_err(|e| {
         CreateError::Io(format!(
-            "{m}\n  a loop works in its own git worktree by default; run inside a git repository with at least one commit, or pass --no-worktree"
+            "{e}\n  a loop works in its own worktree by default; run inside a git repository with at least one commit, or pass --no-worktree"
         ))
-    }
-    let top = git(project, &["rev-parse", "--show-toplevel"]).map_err(fail)?;
-    if !top.status.success() {
-        return Err(fail(format!(
-            "{} is not a git repository",
-            project.display()
-        )));
-    }
-    let head = git(project, &["rev-parse", "--verify", "HEAD"]).map_err(fail)?;
-    if !head.status.success() {
-        return Err(fail("the repository has no commit yet"));
-    }
-    let branch = format!("loopflow/{}", paths.name);
-    let exists = git(
-        project,
-        &[
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            &format!("refs/heads/{branch}"),
-        ],
-    )
-    .map_err(fail)?
-    .status
-    .success();
-    let wt = paths.worktree.display().to_string();
-    let args: Vec<&str> = if exists {
-        vec!["worktree", "add", "--quiet", &wt, &branch]
-    } else {
-        vec!["worktree", "add", "--quiet", "-b", &branch, &wt]
-    };
-    let out = git(project, &args).map_err(fail)?;
-    if !out.status.success() {
-        return Err(fail(format!(
-            "git worktree add: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    // Absolute, so a tick fired from another directory (cron runs in $HOME) finds it.
-    Ok(paths
-        .worktree
-        .canonicalize()
-        .unwrap_or_else(|_| paths.worktree.clone()))
+    })
 }
 
 #[cfg(test)]

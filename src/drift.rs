@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::git::git;
+use crate::git::Repo;
 
 /// A doc whose recorded last read is older than the last change to its code.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,14 +68,6 @@ pub fn markers(text: &str) -> (Vec<String>, Option<String>) {
     (describes, last_read)
 }
 
-fn git_ok(dir: &Path, args: &[&str]) -> Result<Option<String>, String> {
-    let out = git(dir, args)?;
-    Ok(out
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string()))
-}
-
 fn docs_under(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -98,9 +90,11 @@ fn docs_under(dir: &Path, out: &mut Vec<PathBuf>) {
 
 /// Every drifting doc under `dirs` (relative to `repo`, a git working tree), in path order.
 pub fn find(repo: &Path, dirs: &[String]) -> Result<Vec<Drift>, String> {
-    let top = git_ok(repo, &["rev-parse", "--show-toplevel"])?
+    let checkout = Repo::checkout(repo)
+        .map_err(|e| e.to_string())?
+        .filter(|r| r.work_tree.is_some())
         .ok_or_else(|| format!("{} is not inside a git repository", repo.display()))?;
-    let top = PathBuf::from(top);
+    let top = checkout.top().to_path_buf();
     // Absolute, symlinks resolved like git's toplevel, so docs are named relative to it.
     let repo = repo
         .canonicalize()
@@ -116,16 +110,13 @@ pub fn find(repo: &Path, dirs: &[String]) -> Result<Vec<Drift>, String> {
         if describes.is_empty() {
             continue;
         }
-        let mut args = vec!["log", "-1", "--format=%H", "--"];
-        args.extend(describes.iter().map(String::as_str));
-        let Some(changed_in) = git_ok(&top, &args)?.filter(|s| !s.is_empty()) else {
+        let paths: Vec<&str> = describes.iter().map(String::as_str).collect();
+        let Some(changed_in) = checkout.last_change(&paths).map_err(|e| e.to_string())? else {
             continue; // the described code has no history yet
         };
         let in_sync = match &last_read {
             None => false,
-            Some(r) => git(&top, &["merge-base", "--is-ancestor", &changed_in, r])?
-                .status
-                .success(),
+            Some(r) => checkout.is_ancestor(&changed_in, r),
         };
         if !in_sync {
             let rel = doc.strip_prefix(&top).unwrap_or(&doc);

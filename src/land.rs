@@ -4,11 +4,10 @@
 //! computes the merge with `git merge-tree` before touching anything, and aborts a merge
 //! that fails anyway.
 
-use std::path::Path;
-
-use crate::git::{GitError, git, ok};
-use crate::review::{branch, count_range, current_branch, status_lines};
+use crate::git::{GitError, Repo};
+use crate::review::{branch, status_lines};
 use crate::state::{Event, LogArg, LoopPaths, State, StateError, TickLock};
+use crate::worktree::Copy;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LandError {
@@ -83,87 +82,71 @@ fn lock(paths: &LoopPaths) -> Result<TickLock, LandError> {
         .ok_or_else(|| LandError::TickRunning(paths.name.clone()))
 }
 
-/// `-c user.name=… -c user.email=…` when the repository has no identity of its own: a
-/// merge needs one, and the human's own is used when it is set.
-fn identity(project: &Path) -> Vec<&'static str> {
-    let has = git(project, &["config", "user.email"]).is_ok_and(|o| o.status.success());
-    if has {
+/// `user.name=…`, `user.email=…` settings when the repository has no identity of its own:
+/// a merge needs one, and the human's own is used when it is set.
+fn identity(checkout: &Repo) -> Vec<&'static str> {
+    if checkout.config("user.email").is_some() {
         Vec::new()
     } else {
-        vec![
-            "-c",
-            "user.name=loopflow",
-            "-c",
-            "user.email=loopflow@localhost",
-        ]
+        vec!["user.name=loopflow", "user.email=loopflow@localhost"]
     }
 }
 
-/// Files a merge of `br` into HEAD would conflict in, computed without touching the
-/// checkout (`git merge-tree --write-tree`, git ≥ 2.38). `None` when git cannot tell.
-fn conflicts(project: &Path, br: &str) -> Option<Vec<String>> {
-    let out = git(
-        project,
-        &[
-            "merge-tree",
-            "--write-tree",
-            "--name-only",
-            "-z",
-            "HEAD",
-            br,
-        ],
-    )
-    .ok()?;
-    match out.status.code() {
-        Some(0) => Some(Vec::new()),
-        Some(1) => {
-            // <tree>\0<file>\0<file>\0\0<messages>
-            let mut files: Vec<String> = out
-                .stdout
-                .split(|b| *b == 0)
-                .skip(1)
-                .take_while(|f| !f.is_empty())
-                .map(|f| String::from_utf8_lossy(f).into_owned())
-                .collect();
-            files.dedup();
-            Some(files)
-        }
-        _ => None,
-    }
-}
-
-/// What `land` and `discard` start with: the tick lock (held to the end), the loop's
-/// branch, which must exist, and the checkout's HEAD commit.
-fn prelude(paths: &LoopPaths, verb: &'static str) -> Result<(TickLock, String, String), LandError> {
+/// What `land` and `discard` start with: the tick lock (held to the end), the user's
+/// repository, the loop's branch, which must exist, and the checkout's HEAD commit.
+fn prelude(
+    paths: &LoopPaths,
+    verb: &'static str,
+) -> Result<(TickLock, Repo, String, String), LandError> {
     let lock = lock(paths)?;
     let project = &paths.project;
+    let checkout = Repo::checkout(project)?.ok_or_else(|| LandError::NotGit(project.clone()))?;
     let br = branch(&paths.name);
-    let Some(head) = crate::git::rev(project, "HEAD")? else {
+    let Some(head) = checkout.rev("HEAD")? else {
         return Err(LandError::NotGit(project.clone()));
     };
-    if crate::git::rev(project, &format!("refs/heads/{br}"))?.is_none() {
+    if checkout.rev(&format!("refs/heads/{br}"))?.is_none() {
         return Err(LandError::NoBranch(paths.name.clone(), verb));
     }
-    Ok((lock, br, head))
+    Ok((lock, checkout, br, head))
+}
+
+/// The loop's worktree and its repository, when it is there (checked, its `.git` put
+/// back), after its branch caught up with the user's.
+fn copy_of(
+    paths: &LoopPaths,
+    state: &State,
+    checkout: &Repo,
+) -> Result<(Copy, Option<Repo>), LandError> {
+    paths.owns(state)?;
+    let dir = crate::worktree::configured_dir(paths);
+    let copy = crate::worktree::checked(paths, dir.as_deref()).map_err(LandError::Elsewhere)?;
+    if !copy.exists() {
+        return Ok((copy, None));
+    }
+    let (repo, _) = copy
+        .open()
+        .map_err(|e| LandError::Elsewhere(e.to_string()))?;
+    // Its last commit may not have reached the user's repository (a tick killed in
+    // between): it does now, before anything is merged or dropped.
+    crate::worktree::sync(checkout, &repo, &copy.branch).map_err(LandError::Elsewhere)?;
+    Ok((copy, Some(repo)))
 }
 
 /// Merges `loopflow/<name>` into the checkout's current branch (`--no-ff`, or one squash
 /// commit), then logs `LAND`.
 pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, LandError> {
-    let (_lock, br, head_before) = prelude(paths, "land")?;
-    // Before the merge: after it, the loop's worktree is moved onto the new HEAD, and a
-    // worktree that is another checkout's must not be.
-    let wt = crate::worktree::checked(paths, state).map_err(LandError::Elsewhere)?;
-    let project = &paths.project;
-    let into = current_branch(project).ok_or(LandError::Detached)?;
+    let (_lock, checkout, br, head_before) = prelude(paths, "land")?;
+    let (_, copy) = copy_of(paths, state, &checkout)?;
+    let into = checkout.current_branch().ok_or(LandError::Detached)?;
     if into == br {
         return Err(LandError::OnLoopBranch(br));
     }
-    let dirty = status_lines(project, false)?;
+    let dirty = status_lines(&checkout, false)?;
     if !dirty.is_empty() {
         return Err(LandError::Dirty(dirty));
     }
-    let commits = count_range(project, &format!("HEAD..{br}")).unwrap_or(0);
+    let commits = checkout.count(&format!("HEAD..{br}")).unwrap_or(0);
     if commits == 0 {
         return Ok(Landed {
             into,
@@ -172,7 +155,7 @@ pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, La
             note: None,
         });
     }
-    if let Some(files) = conflicts(project, &br)
+    if let Some(files) = checkout.merge_conflicts(&br)
         && !files.is_empty()
     {
         return Err(LandError::Conflict {
@@ -182,53 +165,30 @@ pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, La
             files,
         });
     }
-    let id = identity(project);
+    let id = identity(&checkout);
     let message = format!(
         "loopflow: land loop {} ({commits} commit{})",
         paths.name,
         if commits == 1 { "" } else { "s" }
     );
-    let mut args: Vec<&str> = id.clone();
-    if squash {
-        args.extend(["merge", "--squash", "--quiet", &br]);
-    } else {
-        args.extend([
-            "merge",
-            "--no-ff",
-            "--no-edit",
-            "--quiet",
-            "-m",
-            &message,
-            &br,
-        ]);
-    }
-    let merged = git(project, &args)?;
-    let committed = if !merged.status.success() {
-        Err(String::from_utf8_lossy(&merged.stderr).trim().to_string())
-    } else if squash {
-        let body = squash_message(project, &br, &message);
-        let mut c: Vec<&str> = id.clone();
-        c.extend(["commit", "--quiet", "--no-verify", "-m", &body]);
-        let out = git(project, &c)?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    let committed = match checkout.merge(&br, squash, &message, &id)? {
+        Ok(()) if squash => {
+            let body = squash_message(&checkout, &br, &message);
+            checkout.commit_index(&body, &id)?
         }
-    } else {
-        Ok(())
+        other => other,
     };
     if let Err(why) = committed {
         // Back to exactly where we were: the merge state, the index and the files.
-        let _ = git(project, &["merge", "--abort"]);
-        let _ = git(project, &["reset", "--quiet", "--hard", &head_before]);
+        checkout.merge_abort();
+        let _ = checkout.reset_hard(&head_before);
         return Err(LandError::MergeFailed(format!("git merge {br}: {why}")));
     }
-    let head = crate::git::rev(project, "HEAD")?.unwrap_or_default();
+    let head = checkout.rev("HEAD")?.unwrap_or_default();
     // A squash leaves the loop's branch beside the commit that now holds its work: moved
     // onto it, the loop goes on from what landed and the next land does not repeat it.
     let note = if squash {
-        rebase_branch(paths, &wt, &head).err()
+        rebase_branch(paths, &checkout, copy.as_ref(), &head).err()
     } else {
         None
     };
@@ -250,38 +210,47 @@ pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, La
     })
 }
 
-fn squash_message(project: &Path, br: &str, title: &str) -> String {
-    let subjects = git(
-        project,
-        &["log", "--reverse", "--format=- %s", &format!("HEAD..{br}")],
-    )
-    .ok()
-    .and_then(|o| ok(o, "log").ok())
-    .map(|b| String::from_utf8_lossy(&b).into_owned())
-    .unwrap_or_default();
+fn squash_message(checkout: &Repo, br: &str, title: &str) -> String {
+    let subjects = checkout
+        .subjects(&format!("HEAD..{br}"), 10_000, true)
+        .unwrap_or_default();
     format!("{title}\n\n{subjects}")
 }
 
-/// Moves the loop's branch (and its worktree `wt`, when it has one: the one `land` checked)
-/// to `to`, keeping uncommitted work in the worktree (`reset --keep` refuses rather than
-/// lose it).
-fn rebase_branch(paths: &LoopPaths, wt: &Path, to: &str) -> Result<(), String> {
+/// Moves the loop's branch to `to` in the user's repository and in the loop's own (its
+/// worktree following with its uncommitted work kept: `reset --keep` refuses rather
+/// than lose it).
+fn rebase_branch(
+    paths: &LoopPaths,
+    checkout: &Repo,
+    copy: Option<&Repo>,
+    to: &str,
+) -> Result<(), String> {
     let br = branch(&paths.name);
-    let out = if wt.is_dir() {
-        git(wt, &["reset", "--quiet", "--keep", to])
-    } else {
-        git(&paths.project, &["branch", "--force", &br, to])
-    }
-    .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{br} was left where it was ({}); run `loopflow discard --loop {} --yes` to start it from the landed commit",
-            String::from_utf8_lossy(&out.stderr).trim(),
+    let full = format!("refs/heads/{br}");
+    let refused = |why: String| {
+        format!(
+            "{br} was left where it was ({why}); run `loopflow discard --loop {} --yes` to start it from the landed commit",
             paths.name
-        ))
+        )
+    };
+    let old = checkout
+        .rev(&full)
+        .map_err(|e| refused(e.to_string()))?
+        .unwrap_or_default();
+    if let Some(repo) = copy {
+        // The landed commit first, then the loop's files onto it.
+        repo.fetch_object(&checkout.common, to)
+            .map_err(|e| refused(e.to_string()))?;
+        match repo.reset_keep(to) {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => return Err(refused(why)),
+            Err(e) => return Err(refused(e.to_string())),
+        }
     }
+    checkout
+        .move_ref(&full, to, &old, "loopflow: land --squash")
+        .map_err(|e| refused(e.to_string()))
 }
 
 /// What `discard` would do or did.
@@ -302,39 +271,29 @@ pub struct Discard {
 /// commits and uncommitted files (git-ignored files stay). With `yes` false it only says
 /// what it would do.
 pub fn discard(paths: &LoopPaths, state: &State, yes: bool) -> Result<Discard, LandError> {
-    let (_lock, br, to) = prelude(paths, "discard")?;
-    let project = &paths.project;
-    let wt = crate::worktree::checked(paths, state).map_err(LandError::Elsewhere)?;
-    let worktree = wt.is_dir().then_some(wt);
+    let (_lock, checkout, br, to) = prelude(paths, "discard")?;
+    let (copy, repo) = copy_of(paths, state, &checkout)?;
     let mut d = Discard {
-        commits: count_range(project, &format!("HEAD..{br}")).unwrap_or(0),
-        uncommitted: match &worktree {
-            Some(w) => status_lines(w, true)?,
+        commits: checkout.count(&format!("HEAD..{br}")).unwrap_or(0),
+        uncommitted: match &repo {
+            Some(r) => status_lines(r, true)?,
             None => Vec::new(),
         },
         branch: br.clone(),
         to,
-        worktree,
+        worktree: repo.is_some().then(|| copy.work_tree.clone()),
         done: false,
     };
     if !yes {
         return Ok(d);
     }
-    match &d.worktree {
-        Some(w) => {
-            ok(
-                git(w, &["reset", "--quiet", "--hard", &d.to])?,
-                "reset --hard",
-            )?;
-            ok(git(w, &["clean", "--quiet", "-d", "--force"])?, "clean")?;
-        }
-        None => {
-            ok(
-                git(project, &["branch", "--force", &br, &d.to])?,
-                "branch --force",
-            )?;
-        }
+    if let Some(r) = &repo {
+        r.fetch_object(&checkout.common, &d.to)?;
+        r.reset_hard(&d.to)?;
+        r.clean_untracked()?;
     }
+    let old = checkout.rev(&copy.branch)?.unwrap_or_default();
+    checkout.move_ref(&copy.branch, &d.to, &old, "loopflow: discard")?;
     paths.log(
         Event::Discard,
         &[

@@ -44,6 +44,8 @@ pub enum Intervention {
     ConfigChanged,
     NodeFailed,
     SandboxUnavailable,
+    /// The tick's work could not be staged, checked or committed.
+    CommitFailed,
 }
 
 /// The five ways a run ends (the seed's audit table): every halt reason belongs to one.
@@ -97,7 +99,7 @@ impl VerifierFailure {
 }
 
 impl Intervention {
-    const ALL: [Intervention; 7] = [
+    const ALL: [Intervention; 8] = [
         Intervention::ContextBelowFloor,
         Intervention::BlastRadius,
         Intervention::HarnessFailing,
@@ -105,6 +107,7 @@ impl Intervention {
         Intervention::ConfigChanged,
         Intervention::NodeFailed,
         Intervention::SandboxUnavailable,
+        Intervention::CommitFailed,
     ];
 
     fn as_str(self) -> &'static str {
@@ -116,6 +119,7 @@ impl Intervention {
             Intervention::ConfigChanged => "config_changed",
             Intervention::NodeFailed => "node_failed",
             Intervention::SandboxUnavailable => "sandbox_unavailable",
+            Intervention::CommitFailed => "commit_failed",
         }
     }
 }
@@ -205,9 +209,6 @@ pub enum SkipReason {
     /// The task's phase is not one the loop runs in.
     Phase(String),
     WorktreeMissing,
-    /// The state names a worktree outside the loop's directory (a copied or moved
-    /// project): a tick would run the agents in another checkout.
-    WorktreeElsewhere,
     /// A `when` condition was false at this node, and that took in the commit.
     When(String),
     /// The walk ended without reaching a commit node.
@@ -228,7 +229,6 @@ impl fmt::Display for SkipReason {
             SkipReason::NoCurrentTask => f.write_str("no_current_task"),
             SkipReason::Phase(p) => write!(f, "phase:{p}"),
             SkipReason::WorktreeMissing => f.write_str("worktree_missing"),
-            SkipReason::WorktreeElsewhere => f.write_str("worktree_elsewhere"),
             SkipReason::When(n) => write!(f, "when:{n}"),
             SkipReason::NoCommit => f.write_str("no_commit"),
             SkipReason::Locked => f.write_str("locked"),

@@ -8,12 +8,12 @@
 //! too (where it branched off). A loop without a worktree commits on the checkout's own
 //! branch: its range ends at HEAD, and the uncommitted changes in the checkout are shown.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::git::{GitError, git, ok};
+use crate::git::{GitError, Repo};
 use crate::state::{Event, LoopPaths, State};
 
 /// The most commits a review lists (the count is always exact).
@@ -101,94 +101,43 @@ pub fn branch(name: &str) -> String {
     format!("loopflow/{name}")
 }
 
-fn rev(cwd: &Path, spec: &str) -> Option<String> {
-    crate::git::rev(cwd, spec).ok().flatten()
-}
-
-fn is_ancestor(cwd: &Path, a: &str, b: &str) -> bool {
-    git(cwd, &["merge-base", "--is-ancestor", a, b]).is_ok_and(|o| o.status.success())
-}
-
 /// The commit an approval made now records: the tip of the loop's branch, else (a loop
 /// without a worktree) the checkout's HEAD. Best effort: `None` outside git.
 pub fn approved_head(paths: &LoopPaths) -> Option<String> {
-    rev(
-        &paths.project,
-        &format!("refs/heads/{}", branch(&paths.name)),
-    )
-    .or_else(|| rev(&paths.project, "HEAD"))
+    let checkout = Repo::checkout(&paths.project).ok().flatten()?;
+    let rev = |spec: &str| checkout.rev(spec).ok().flatten();
+    rev(&format!("refs/heads/{}", branch(&paths.name))).or_else(|| rev("HEAD"))
 }
 
-/// The checkout's current branch; `None` when HEAD is detached.
-pub fn current_branch(project: &Path) -> Option<String> {
-    let out = git(project, &["symbolic-ref", "--quiet", "--short", "HEAD"]).ok()?;
-    let b = String::from_utf8_lossy(&ok(out, "symbolic-ref").ok()?)
-        .trim()
-        .to_string();
-    (!b.is_empty()).then_some(b)
+/// `git status --porcelain` lines (untracked included when asked) of a repository's work
+/// tree.
+pub fn status_lines(repo: &Repo, untracked: bool) -> Result<Vec<String>, GitError> {
+    Ok(repo.status(untracked)?.iter().map(|e| e.line()).collect())
 }
 
-/// `git status --porcelain` lines (untracked included) of `dir`.
-pub fn status_lines(dir: &Path, untracked: bool) -> Result<Vec<String>, GitError> {
-    let u = if untracked {
-        "--untracked-files=all"
-    } else {
-        "--untracked-files=no"
-    };
-    let out = ok(git(dir, &["status", "--porcelain=v1", u])?, "status")?;
-    Ok(String::from_utf8_lossy(&out)
-        .lines()
-        .map(str::to_string)
-        .collect())
-}
-
-/// How many commits `a..b` holds.
-pub fn count_range(cwd: &Path, range: &str) -> Option<usize> {
-    let out = ok(git(cwd, &["rev-list", "--count", range]).ok()?, "rev-list").ok()?;
-    String::from_utf8_lossy(&out).trim().parse().ok()
-}
-
-fn commits(cwd: &Path, range: &[&str]) -> Result<Vec<Commit>, GitError> {
-    let max = format!("--max-count={MAX_COMMITS}");
-    let mut args = vec![
-        "log",
-        "--no-color",
-        &max,
-        "--format=%H%x1f%an%x1f%aI%x1f%s%x1e",
-    ];
-    args.extend_from_slice(range);
-    let out = ok(git(cwd, &args)?, "log")?;
-    Ok(String::from_utf8_lossy(&out)
-        .split('\u{1e}')
-        .filter_map(|rec| {
-            let mut f = rec.trim_start_matches('\n').split('\u{1f}');
-            Some(Commit {
-                sha: f.next().filter(|s| !s.is_empty())?.to_string(),
-                author: f.next()?.to_string(),
-                at: f.next()?.to_string(),
-                subject: f.next()?.to_string(),
-            })
+fn commits(repo: &Repo, range: &str) -> Result<Vec<Commit>, GitError> {
+    Ok(repo
+        .log(&[], &[range], MAX_COMMITS)?
+        .into_iter()
+        .map(|c| Commit {
+            sha: c.sha,
+            author: c.author,
+            at: c.at,
+            subject: c.subject,
         })
         .collect())
 }
 
 /// Files changed between two commits, with line counts.
-fn files(cwd: &Path, from: &str, to: &str) -> Result<Vec<FileChange>, GitError> {
-    let status = ok(
-        git(
-            cwd,
-            &["diff", "--no-color", "--name-status", "-M", "-z", from, to],
-        )?,
-        "diff --name-status",
-    )?;
+fn files(repo: &Repo, from: &str, to: &str) -> Result<Vec<FileChange>, GitError> {
+    let status = repo.diff_text(&["--name-status", "-z"], from, Some(to))?;
     let mut out = Vec::new();
-    let mut f = status.split(|b| *b == 0).filter(|x| !x.is_empty());
+    let mut f = status.split('\0').filter(|x| !x.is_empty());
     while let Some(code) = f.next() {
-        let code = String::from_utf8_lossy(code).to_string();
         let renamed = code.starts_with('R') || code.starts_with('C');
-        let mut path = f.next().map(|p| String::from_utf8_lossy(p).into_owned());
+        let mut path = f.next().map(str::to_string);
         if renamed {
-            let to = f.next().map(|p| String::from_utf8_lossy(p).into_owned());
+            let to = f.next().map(str::to_string);
             path = match (path, to) {
                 (Some(a), Some(b)) => Some(format!("{a} → {b}")),
                 (a, b) => a.or(b),
@@ -203,20 +152,13 @@ fn files(cwd: &Path, from: &str, to: &str) -> Result<Vec<FileChange>, GitError> 
             });
         }
     }
-    let num = ok(
-        git(cwd, &["diff", "--no-color", "--numstat", "-M", from, to])?,
-        "diff --numstat",
-    )?;
-    for (line, fc) in String::from_utf8_lossy(&num).lines().zip(out.iter_mut()) {
+    let num = repo.diff_text(&["--numstat"], from, Some(to))?;
+    for (line, fc) in num.lines().zip(out.iter_mut()) {
         let mut it = line.split('\t');
         fc.added = it.next().and_then(|n| n.parse().ok());
         fc.deleted = it.next().and_then(|n| n.parse().ok());
     }
     Ok(out)
-}
-
-fn text_of(cwd: &Path, args: &[&str], what: &str) -> Result<String, GitError> {
-    Ok(String::from_utf8_lossy(&ok(git(cwd, args)?, what)?).into_owned())
 }
 
 /// The last verdicts from the log (at most `n`; after the last `APPROVE` line when
@@ -270,9 +212,10 @@ fn verdicts(paths: &LoopPaths, state: &State, since_approval: bool, n: usize) ->
 
 /// Builds the review of one loop. Never fails: what git cannot tell goes into `notes`.
 pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Result<Review, String> {
-    // Another loop's state, or another checkout's worktree: what review would show is not
-    // this loop's work (and git would read that checkout's index).
-    let wt = crate::worktree::checked(paths, state)?;
+    // Another loop's state: what review would show is not this loop's work.
+    paths.owns(state).map_err(|e| e.to_string())?;
+    let dir = crate::worktree::configured_dir(paths);
+    let copy = crate::worktree::checked(paths, dir.as_deref())?;
     let project = &paths.project;
     let last_approval = state.approvals.last().cloned();
     let mut r = Review {
@@ -300,7 +243,7 @@ pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Result<Review, S
         notes: Vec::new(),
         network_refused: network_refused(&paths.log),
     };
-    if let Err(note) = fill_git(&mut r, paths, &wt, state, patch) {
+    if let Err(note) = fill_git(&mut r, paths, &copy, state, patch) {
         r.notes.push(note);
     }
     r.next = next_commands(&r, paths);
@@ -310,37 +253,65 @@ pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Result<Review, S
 fn fill_git(
     r: &mut Review,
     paths: &LoopPaths,
-    wt: &Path,
+    copy: &crate::worktree::Copy,
     state: &State,
     patch: bool,
 ) -> Result<(), String> {
     let project = &paths.project;
-    if rev(project, "HEAD").is_none() {
-        return Err(format!(
+    let no_commit = || {
+        format!(
             "{} is not a git repository with a commit: there are no commits or diffs to show",
             project.display()
-        ));
+        )
+    };
+    let checkout = Repo::checkout(project)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(no_commit)?;
+    let rev = |spec: &str| checkout.rev(spec).ok().flatten();
+    if rev("HEAD").is_none() {
+        return Err(no_commit());
     }
-    r.checkout_branch = current_branch(project);
+    // The loop's own repository, when it is there: checked (its `.git` put back if an
+    // agent rewrote it, so the human's own git there works on it too) and its branch
+    // caught up with the user's.
+    let loop_repo = match copy.exists().then(|| copy.open()) {
+        Some(Ok((repo, repaired))) => {
+            if repaired {
+                r.notes.push(format!(
+                    "{}/.git named another repository (an agent rewrote it); it names the loop's own again",
+                    copy.work_tree.display()
+                ));
+            }
+            if let Err(why) = crate::worktree::sync(&checkout, &repo, &copy.branch) {
+                r.notes.push(why);
+            }
+            Some(repo)
+        }
+        Some(Err(e)) => {
+            r.notes
+                .push(format!("the loop's worktree cannot be read: {e}"));
+            None
+        }
+        None => None,
+    };
+    r.checkout_branch = checkout.current_branch();
     let br = branch(&paths.name);
     let approved = r.last_approval.as_ref().and_then(|a| a.head.clone());
-    let (cwd, head, base): (PathBuf, String, Option<Base>) = match rev(
-        project,
-        &format!("refs/heads/{br}"),
-    ) {
+    let (work, head, base): (Option<&Repo>, String, Option<Base>) = match rev(&format!(
+        "refs/heads/{br}"
+    )) {
         Some(tip) => {
             r.branch = Some(br.clone());
-            r.worktree = wt.is_dir().then(|| wt.display().to_string());
-            let mb = text_of(project, &["merge-base", "HEAD", &tip], "merge-base")
-                .map(|s| s.trim().to_string())
-                .ok()
-                .filter(|s| !s.is_empty());
+            r.worktree = loop_repo
+                .as_ref()
+                .map(|_| copy.work_tree.display().to_string());
+            let mb = checkout.merge_base("HEAD", &tip);
             r.unlanded = mb
                 .as_ref()
-                .and_then(|m| count_range(project, &format!("{m}..{tip}")));
+                .and_then(|m| checkout.count(&format!("{m}..{tip}")));
             let base = match (approved, mb) {
                 (Some(a), Some(m))
-                    if is_ancestor(project, &m, &a) && is_ancestor(project, &a, &tip) =>
+                    if checkout.is_ancestor(&m, &a) && checkout.is_ancestor(&a, &tip) =>
                 {
                     Some(Base {
                         commit: a,
@@ -353,60 +324,54 @@ fn fill_git(
                 }),
                 _ => None,
             };
-            (wt.to_path_buf(), tip, base)
+            (loop_repo.as_ref(), tip, base)
         }
         None => {
             // No branch of its own: the loop works (and commits) in the checkout.
-            let head = rev(project, "HEAD").unwrap_or_default();
+            let head = rev("HEAD").unwrap_or_default();
             let base = match approved {
-                Some(a) if is_ancestor(project, &a, &head) => Some(Base {
+                Some(a) if checkout.is_ancestor(&a, &head) => Some(Base {
                     commit: a,
                     kind: "approval",
                 }),
-                _ => created_base(project, state),
+                _ => created_base(&checkout, state),
             };
             if base.is_none() {
                 r.notes.push(
                         "no approval recorded a commit and no commit by loopflow since the loop was created: showing the checkout's uncommitted changes only".into(),
                     );
             }
-            (project.clone(), head, base)
+            (Some(&checkout), head, base)
         }
     };
     if r.branch.is_some() && r.worktree.is_none() {
         r.notes.push(format!(
-            "the worktree of {br} is missing; run `loopflow worktree restore` to get it back"
+            "the worktree of {br} is missing; run `loopflow worktree restore --loop {}` to get it back",
+            paths.name
         ));
     }
+    let err = |e: GitError| e.to_string();
     if let Some(b) = &base {
         let range = format!("{}..{head}", b.commit);
-        r.commit_count = count_range(project, &range).unwrap_or(0);
-        r.commits = commits(project, &[&range]).map_err(|e| e.to_string())?;
-        r.files = files(project, &b.commit, &head).map_err(|e| e.to_string())?;
-        r.diffstat = text_of(
-            project,
-            &["diff", "--no-color", "--stat=100", "-M", &b.commit, &head],
-            "diff --stat",
-        )
-        .map_err(|e| e.to_string())?;
+        r.commit_count = checkout.count(&range).unwrap_or(0);
+        r.commits = commits(&checkout, &range).map_err(err)?;
+        r.files = files(&checkout, &b.commit, &head).map_err(err)?;
+        r.diffstat = checkout
+            .diff_text(&["--stat=100"], &b.commit, Some(&head))
+            .map_err(err)?;
         if patch {
             r.patch = Some(
-                text_of(
-                    project,
-                    &["diff", "--no-color", "-M", &b.commit, &head],
-                    "diff",
-                )
-                .map_err(|e| e.to_string())?,
+                checkout
+                    .diff_text(&[], &b.commit, Some(&head))
+                    .map_err(err)?,
             );
         }
     }
-    if cwd.is_dir() {
-        r.uncommitted = status_lines(&cwd, true).map_err(|e| e.to_string())?;
+    if let Some(w) = work {
+        r.uncommitted = status_lines(w, true).map_err(err)?;
         if patch && !r.uncommitted.is_empty() {
-            let wip = text_of(&cwd, &["diff", "--no-color", "HEAD"], "diff HEAD")
-                .map_err(|e| e.to_string())?;
-            let p = r.patch.get_or_insert_with(String::new);
-            p.push_str(&wip);
+            let wip = w.diff_text(&[], "HEAD", None).map_err(err)?;
+            r.patch.get_or_insert_with(String::new).push_str(&wip);
         }
     }
     r.head = Some(head);
@@ -416,25 +381,13 @@ fn fill_git(
 
 /// For a loop without a worktree and no approval: the parent of the first commit the
 /// `git-commit` node made since the loop was created (its identity is loopflow's own).
-fn created_base(project: &Path, state: &State) -> Option<Base> {
+fn created_base(checkout: &Repo, state: &State) -> Option<Base> {
     let since = format!("--since={}", state.created_at.as_deref()?);
-    let out = ok(
-        git(
-            project,
-            &[
-                "log",
-                "--format=%H",
-                "--author=loopflow@localhost",
-                &since,
-                "HEAD",
-            ],
-        )
-        .ok()?,
-        "log",
-    )
-    .ok()?;
-    let first = String::from_utf8_lossy(&out).lines().last()?.to_string();
-    let parent = rev(project, &format!("{first}^"))?;
+    let log = checkout
+        .log(&["--author=loopflow@localhost", &since], &["HEAD"], 10_000)
+        .ok()?;
+    let first = log.last()?.sha.clone();
+    let parent = checkout.rev(&format!("{first}^")).ok().flatten()?;
     Some(Base {
         commit: parent,
         kind: "created",

@@ -360,6 +360,9 @@ pub mod files {
     #[allow(dead_code)]
     pub struct WorktreeFile {
         pub enabled: Option<bool>,
+        /// Where the loop's worktree lives (absolute or `~/…`, never inside the
+        /// checkout); default `$XDG_STATE_HOME/loopflow/worktrees`.
+        pub dir: Option<String>,
     }
 }
 

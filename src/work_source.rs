@@ -45,10 +45,13 @@ pub enum WorkSourceError {
 /// How long an audit command may take before it is killed.
 const AUDIT_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The directory a loop's agents work in: its worktree, or the project root.
-pub fn loop_cwd(config: &LoopConfig, state: &State, paths: &LoopPaths) -> PathBuf {
+/// The directory a loop's agents work in: its worktree, or the project root. (A worktree
+/// with no place on this machine — no home directory — is said by the tick; its old
+/// place, which is not there, stands in.)
+pub fn loop_cwd(config: &LoopConfig, paths: &LoopPaths) -> PathBuf {
     if config.worktree {
-        crate::worktree::dir(paths, state)
+        crate::worktree::location(&paths.project, &paths.name, config.worktree_dir.as_deref())
+            .map_or_else(|_| crate::worktree::nested(paths), |c| c.work_tree)
     } else {
         paths.project.clone()
     }
@@ -104,9 +107,7 @@ impl<'a> WorkSourceReader<'a> {
         vars::source(
             &self.paths.name,
             &self.paths.project.display().to_string(),
-            &loop_cwd(self.config, self.state, self.paths)
-                .display()
-                .to_string(),
+            &loop_cwd(self.config, self.paths).display().to_string(),
         )
     }
 
@@ -160,7 +161,7 @@ impl<'a> WorkSourceReader<'a> {
             error: e.to_string(),
         })?;
         let name = file
-            .strip_prefix(loop_cwd(self.config, self.state, self.paths))
+            .strip_prefix(loop_cwd(self.config, self.paths))
             .or_else(|_| file.strip_prefix(&self.paths.project))
             .map_or_else(|_| file.display().to_string(), |p| p.display().to_string());
         Ok(backlog_item(&text).map(|(id, title)| Task {
@@ -194,7 +195,7 @@ impl<'a> WorkSourceReader<'a> {
         let dir = tempfile::tempdir().map_err(|e| WorkSourceError::TempDir(e.to_string()))?;
         let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
         let cancel = std::sync::atomic::AtomicBool::new(false);
-        let cwd = loop_cwd(self.config, self.state, self.paths);
+        let cwd = loop_cwd(self.config, self.paths);
         let cwd = if cwd.is_dir() {
             cwd
         } else {

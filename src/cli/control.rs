@@ -266,7 +266,7 @@ pub fn transition(project: &Path, a: TransitionArgs) -> i32 {
 }
 
 pub fn can_edit(project: &Path, a: CanEditArgs) -> i32 {
-    let (paths, state) = match open(project, &a.loop_name) {
+    let (paths, _state) = match open(project, &a.loop_name) {
         Ok(x) => x,
         Err(c) => return c,
     };
@@ -274,7 +274,7 @@ pub fn can_edit(project: &Path, a: CanEditArgs) -> i32 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let root = crate::work_source::loop_cwd(&cfg, &state, &paths);
+    let root = crate::work_source::loop_cwd(&cfg, &paths);
     let radius = match crate::blast::Radius::new(&root, &cfg.allow, &cfg.deny) {
         Ok(r) => r,
         Err(e) => {

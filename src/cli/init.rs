@@ -50,15 +50,10 @@ const GITIGNORE: &[&str] = &[
 ];
 
 fn has_remote(project: &Path) -> Result<bool, String> {
-    let out = crate::git::git(project, &["remote"])?;
-    if !out.status.success() {
-        return Err(format!(
-            "{} is not a git repository: {}",
-            project.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(!String::from_utf8_lossy(&out.stdout).trim().is_empty())
+    let repo = crate::git::Repo::checkout(project)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("{} is not a git repository", project.display()))?;
+    repo.has_remote().map_err(|e| e.to_string())
 }
 
 /// Asks on the terminal; an empty answer (or no terminal) takes `default`.

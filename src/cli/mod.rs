@@ -261,10 +261,10 @@ pub(crate) fn command() -> clap::Command {
 }
 
 /// The project directory a command works in, decided in one place for every command:
-/// `--project` / `LOOPFLOW_PROJECT` when given; else the nearest directory at or above
-/// the current one that holds `.loopflow/` (as git finds `.git/` and cargo
-/// `Cargo.toml`); else the git top level (where `create` and `init` start a project);
-/// else the current directory.
+/// `--project` / `LOOPFLOW_PROJECT` when given; else, inside a loop's worktree, that
+/// loop's project; else the nearest directory at or above the current one that holds
+/// `.loopflow/` (as git finds `.git/` and cargo `Cargo.toml`); else the git top level
+/// (where `create` and `init` start a project); else the current directory.
 pub(crate) fn project_root(given: Option<&Path>) -> PathBuf {
     if let Some(p) = given {
         return p.to_path_buf();
@@ -272,6 +272,9 @@ pub(crate) fn project_root(given: Option<&Path>) -> PathBuf {
     let Ok(cwd) = std::env::current_dir() else {
         return PathBuf::from(".");
     };
+    if let Some(project) = crate::worktree::project_of(&cwd) {
+        return project;
+    }
     if let Some(found) = cwd.ancestors().find(|d| d.join(".loopflow").is_dir()) {
         return found.to_path_buf();
     }

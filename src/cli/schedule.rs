@@ -461,22 +461,43 @@ fn restore(project: &Path, name: &str) -> i32 {
         return exit::USAGE;
     }
     let base = std::env::current_dir().unwrap_or_else(|_| project.clone());
-    match crate::load::config(&paths, &base) {
+    let (dir, allow) = match crate::load::config(&paths, &base) {
         Ok(c) if !c.worktree => {
             eprintln!(
                 "error: loop {name} runs without a worktree (`[worktree] enabled = false` in its loop.toml); there is nothing to restore"
             );
             return exit::USAGE;
         }
+        Ok(c) => (
+            c.worktree_dir.clone(),
+            c.allow.iter().map(|a| a.value.clone()).collect(),
+        ),
         // A config that does not read does not stop the repair; the tick reports it.
-        _ => {}
-    }
-    match crate::worktree::restore(&paths) {
+        Err(_) => (crate::worktree::configured_dir(&paths), Vec::new()),
+    };
+    match crate::worktree::restore(&paths, dir.as_deref(), &allow) {
         Ok(r) if !r.created => {
             outln!(
                 "loop {name}'s worktree is at {} (nothing to do)",
                 r.path.display()
             );
+            exit::OK
+        }
+        Ok(r) if r.moved.is_some() => {
+            let m = r
+                .moved
+                .as_ref()
+                .map(|m| (m.from.display().to_string(), m.carried, m.left.clone()));
+            if let Some((from, carried, left)) = m {
+                outln!(
+                    "moved loop {name}'s worktree from {from} to {} on {} ({carried} uncommitted file(s) carried over)",
+                    r.path.display(),
+                    r.branch
+                );
+                if let Some(l) = left {
+                    eprintln!("warning: the old worktree could not be removed: {l}");
+                }
+            }
             exit::OK
         }
         Ok(r) => {

@@ -62,6 +62,9 @@ pub struct LoopConfig {
     pub allow: Vec<Str>,
     pub deny: Vec<Str>,
     pub worktree: bool,
+    /// `[worktree] dir`: where the loop's worktree lives instead of the default, `~/`
+    /// expanded (never inside the checkout).
+    pub worktree_dir: Option<PathBuf>,
     pub sandbox: SandboxConfig,
     pub notify: Option<Notify>,
 }
@@ -225,11 +228,12 @@ impl LoopConfig {
         }
 
         let (allow, deny) = read_blast_radius(&root, diags);
-        let worktree = match root.table("worktree", diags) {
-            None => true,
+        let (worktree, worktree_dir) = match root.table("worktree", diags) {
+            None => (true, None),
             Some(t) => {
-                t.deny_unknown(&["enabled"], diags);
-                t.bool("enabled", diags).unwrap_or(true)
+                t.deny_unknown(&["enabled", "dir"], diags);
+                let enabled = t.bool("enabled", diags).unwrap_or(true);
+                (enabled, read_worktree_dir(&t, source, dir, diags))
             }
         };
         let sandbox = sandbox::read(root.table("sandbox", diags), diags);
@@ -250,6 +254,7 @@ impl LoopConfig {
             allow,
             deny,
             worktree,
+            worktree_dir,
             sandbox,
             notify,
         };
@@ -304,6 +309,60 @@ impl LoopConfig {
                 .map(|(p, _)| p.as_path())
         })
     }
+}
+
+/// `[worktree] dir`: absolute or `~/…` (a relative path would resolve inside the
+/// checkout), and never inside the project whose loop this is.
+fn read_worktree_dir(
+    t: &Table<'_, '_>,
+    source: &SourceRef,
+    dir: &Path,
+    diags: &mut Diagnostics,
+) -> Option<PathBuf> {
+    let s = t.str("dir", diags)?;
+    let p = sandbox::expand_home(&s.value);
+    let bad = |why: &str, help: &str, diags: &mut Diagnostics| {
+        diags.push(
+            Diagnostic::error(
+                Code::InvalidValue,
+                source,
+                s.span.clone(),
+                format!("`[worktree] dir` {why}"),
+            )
+            .label("here")
+            .help(help.to_string()),
+        );
+    };
+    if !p.is_absolute() {
+        bad(
+            "must be an absolute path or begin with `~/`",
+            "a loop's worktree lives outside the checkout, so tools that search parent directories (cargo, npm, pytest) find the loop's copy and not yours: write e.g. `dir = \"~/work/loops\"`",
+            diags,
+        );
+        return None;
+    }
+    // `.loopflow/loops/<name>/loop.toml`: the project is three directories up.
+    let project = dir.ancestors().nth(3).filter(|_| {
+        dir.parent()
+            .and_then(Path::file_name)
+            .is_some_and(|n| n == "loops")
+    });
+    if let Some(project) = project {
+        let real = |p: &Path| {
+            p.canonicalize()
+                .unwrap_or_else(|_| crate::fs_safe::normalize(p))
+        };
+        let (w, top) = (real(&p), real(project));
+        if w.starts_with(&top) {
+            bad(
+                "is inside the project",
+                "a worktree inside the checkout makes every tool that searches parent directories (cargo's workspace root, uv and npm workspaces, pytest's rootdir) find your checkout instead of the loop's copy: choose a directory outside it, or remove `dir` for the default under ~/.local/state/loopflow/worktrees",
+                diags,
+            );
+            return None;
+        }
+    }
+    Some(p)
 }
 
 fn read_interval(root: &Table<'_, '_>, diags: &mut Diagnostics) -> u64 {

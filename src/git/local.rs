@@ -17,10 +17,20 @@ const SMALL: u64 = 4096;
 /// The most bytes of `packed-refs` read; a larger one is left to git.
 const PACKED_MAX: u64 = 64 << 20;
 
-/// The absolute common directory of the repository `dir` is in, found as git finds it
-/// (`.git` in `dir` or the nearest ancestor: a directory, or a file naming one, whose
-/// `commondir` names the main `.git` for a linked worktree), canonical.
-pub fn common_dir(dir: &Path) -> Option<PathBuf> {
+/// A repository as git would find it from a directory: its git directory (the
+/// worktree's own, which holds HEAD and the index), its common directory (refs,
+/// objects) and the top of its work tree, all canonical.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub git_dir: PathBuf,
+    pub common: PathBuf,
+    pub top: PathBuf,
+}
+
+/// The repository `dir` is in, found as git finds it (`.git` in `dir` or the nearest
+/// ancestor: a directory, or a file naming one, whose `commondir` names the main `.git`
+/// for a linked worktree).
+pub fn discover(dir: &Path) -> Option<Found> {
     let start = std::path::absolute(dir).ok()?;
     let dev = device(&start)?;
     for d in start.ancestors() {
@@ -43,10 +53,15 @@ pub fn common_dir(dir: &Path) -> Option<PathBuf> {
         }
         let common = match crate::fs_safe::head(&git_dir.join("commondir"), SMALL) {
             Ok(b) => std::fs::canonicalize(relative_to(&git_dir, &b)).ok()?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => git_dir,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => git_dir.clone(),
             Err(_) => return None,
         };
-        return ours(&common).then_some(common);
+        let top = std::fs::canonicalize(d).ok()?;
+        return ours(&common).then_some(Found {
+            git_dir,
+            common,
+            top,
+        });
     }
     None
 }

@@ -190,10 +190,10 @@ fn check_program(program: &str, loop_name: &str, why: &str) -> String {
 /// project outside any repository is at the top of the checkout as far as the workflow
 /// knows.
 fn repo_prefix(project: &std::path::Path) -> (String, Option<String>) {
-    let prefix = crate::git::git(project, &["rev-parse", "--show-prefix"])
+    let prefix = crate::git::Repo::checkout(project)
         .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .flatten()
+        .and_then(|r| r.prefix_of(project))
         .unwrap_or_default();
     // No segment may start with `-`: it would read as an option to `git worktree add`.
     let plain = prefix
@@ -382,8 +382,12 @@ mod tests {
     #[test]
     fn the_project_is_found_inside_its_repository() {
         let repo = tempfile::tempdir().unwrap();
-        let ok = crate::git::git(repo.path(), &["init", "-q"]).unwrap();
-        assert!(ok.status.success());
+        let ok = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(repo.path())
+            .status()
+            .unwrap();
+        assert!(ok.success());
         let plain = repo.path().join("services/api-2.x");
         let odd = repo.path().join("it's $HOME");
         std::fs::create_dir_all(&plain).unwrap();

@@ -353,8 +353,8 @@ fn run_locked(
 ) -> Result<Summary, RunError> {
     let base = std::env::current_dir().unwrap_or_else(|_| paths.project.clone());
     // Taken before the read: whatever changes the file after it is looked at again.
-    let stamp = guard::stamp_now(paths);
-    let state = match paths.load() {
+    let mut stamp = guard::stamp_now(paths);
+    let mut state = match paths.load() {
         Ok(s) => s,
         Err(e) => {
             if !opts.dry_run {
@@ -391,7 +391,7 @@ fn run_locked(
             return Err(e.into());
         }
     };
-    let cwd = crate::work_source::loop_cwd(&loaded.config, &state, paths);
+    let cwd = crate::work_source::loop_cwd(&loaded.config, paths);
     if let Err(e) = crate::state::text_path(&paths.dir).and(crate::state::text_path(&cwd)) {
         if !opts.dry_run {
             let _ = paths.log(
@@ -401,35 +401,12 @@ fn run_locked(
         }
         return Err(e.into());
     }
-    if loaded.config.worktree
-        && std::fs::symlink_metadata(&cwd).is_ok_and(|m| m.file_type().is_symlink())
-    {
-        // Agents would run wherever it points (the main checkout, say), not in isolation.
-        return Err(StateError::Io {
-            path: cwd,
-            source: std::io::Error::other(
-                "the loop's worktree is a symlink; loopflow runs agents only in a real worktree (remove it and run `git worktree repair`, or recreate the loop)",
-            ),
-        }
-        .into());
-    }
-    // Before any directory is prepared, confined or audited there: a state naming another
-    // checkout's worktree (a copied or moved project) runs nothing of this tick in it.
-    let place = loaded
-        .config
-        .worktree
-        .then(|| crate::worktree::place(paths, &state));
-    if let Some(msg) = place.as_ref().and_then(|p| p.refusal(&paths.name)) {
-        if !opts.dry_run {
-            paths.log(Event::Warn, &[LogArg::Kv("msg", msg)])?;
-            skip(paths, &SkipReason::WorktreeElsewhere)?;
-        }
-        return Ok(Summary::bare(
-            &paths.name,
-            Outcome::Skip,
-            SkipReason::WorktreeElsewhere,
-            state.iteration_count,
-        ));
+    let ready = prepare_worktree(paths, &loaded.config, opts.dry_run)?;
+    if ready.moved {
+        // The move recorded the worktree's new place in the state: that is where this
+        // tick starts from.
+        stamp = guard::stamp_now(paths);
+        state = paths.load()?;
     }
     let tmp = paths.tick_tmp();
     // Per loop: with worktrees off, several loops share the project as working directory.
@@ -449,7 +426,7 @@ fn run_locked(
     } else {
         // It runs in the worktree, or in the project before the worktree exists: it may
         // read where it runs.
-        let at = crate::work_source::loop_cwd(&loaded.config, &state, paths);
+        let at = crate::work_source::loop_cwd(&loaded.config, paths);
         let at = if at.is_dir() {
             at
         } else {
@@ -475,7 +452,12 @@ fn run_locked(
     };
     let work = WorkSourceReader::new(&loaded.config, &state, paths, opts.dry_run)
         .confined(audit_box.as_ref());
-    let gate = crate::brakes::evaluate_at(&loaded.config, &state, paths, &work, place);
+    let copy = match &ready.place {
+        Some(Ok(crate::worktree::Place::Own(c))) => Some(c.clone()),
+        _ => None,
+    };
+    let repo = ready.repo;
+    let gate = crate::brakes::evaluate_at(&loaded.config, &state, paths, &work, ready.place);
     // The ledger holds what the tick writes from `log_start` on.
     let log_start = std::fs::metadata(&paths.log).map_or(0, |m| m.len());
     if let Ok(mut l) = ledger.lock() {
@@ -525,7 +507,11 @@ fn run_locked(
                 .iter()
                 .any(|n| n.spec.wants_baseline()))
         .then(|| {
-            crate::node::Baseline::take(loaded.config.worktree, &paths.project, &cwd, &paths.name)
+            crate::node::Baseline::take(
+                loaded.config.worktree.then_some(repo.as_ref()),
+                copy.as_ref(),
+                &cwd,
+            )
         }),
         settled: Default::default(),
     };
@@ -538,6 +524,104 @@ fn run_locked(
     let result = tick.execute(&scope, opts.parallel, repaired);
     empty_dir(&tmp, None);
     result
+}
+
+/// A worktree loop's worktree, as [`prepare_worktree`] left it.
+struct Ready {
+    /// Where it stands (`None`: worktrees off).
+    place: Option<Result<crate::worktree::Place, crate::worktree::LocationError>>,
+    /// Its repository, when it is there to use.
+    repo: Option<crate::git::Repo>,
+    /// One of the old layout was moved to its place (the state says where now).
+    moved: bool,
+}
+
+/// A worktree loop's worktree, made ready before anything runs in it: one of the old
+/// layout moved to its place (a dry run only says it would be), its `.git` pointed at the
+/// loop's repository again when an agent rewrote it, its branch in step with the user's
+/// repository.
+fn prepare_worktree(
+    paths: &LoopPaths,
+    config: &crate::config::LoopConfig,
+    dry_run: bool,
+) -> Result<Ready, StateError> {
+    use crate::worktree::Place;
+    let mut ready = Ready {
+        place: None,
+        repo: None,
+        moved: false,
+    };
+    if !config.worktree {
+        return Ok(ready);
+    }
+    let warn = |msg: String| paths.log(Event::Warn, &[LogArg::Kv("msg", msg)]);
+    let mut place = crate::worktree::place(paths, config.worktree_dir.as_deref());
+    if dry_run {
+        ready.place = Some(place);
+        return Ok(ready);
+    }
+    if let Ok(Place::Nested { old, new }) = &place {
+        let allow: Vec<String> = config.allow.iter().map(|a| a.value.clone()).collect();
+        place = Ok(match crate::worktree::migrate(paths, old, new, &allow) {
+            Ok(_) => {
+                ready.moved = true;
+                Place::Own(new.clone())
+            }
+            Err(e) => {
+                warn(format!(
+                    "the worktree at {} could not be moved to {}: {e}; it stays where it is (`loopflow worktree restore --loop {}` tries again)",
+                    old.display(),
+                    new.work_tree.display(),
+                    paths.name
+                ))?;
+                Place::Missing(new.clone())
+            }
+        });
+    }
+    let Ok(Place::Own(copy)) = &place else {
+        ready.place = Some(place);
+        return Ok(ready);
+    };
+    let repo = match copy.open() {
+        Ok((repo, repaired)) => {
+            if repaired {
+                warn(format!(
+                    "{}/.git named another repository (an agent rewrote it); it names the loop's own again",
+                    copy.work_tree.display()
+                ))?;
+            }
+            repo
+        }
+        Err(e) => {
+            warn(format!("the loop's worktree cannot be used: {e}"))?;
+            ready.place = Some(Ok(Place::Missing(copy.clone())));
+            return Ok(ready);
+        }
+    };
+    let allow: Vec<String> = config.allow.iter().map(|a| a.value.clone()).collect();
+    if let Err(e) = repo.write_exclude(&crate::worktree::exclude_text(&allow)) {
+        warn(format!("the loop's repository: {e}"))?;
+    }
+    if let Some(checkout) = crate::git::Repo::checkout(&paths.project).ok().flatten() {
+        let moved = |what: &'static str, from: &str, to: &str| {
+            paths.log(
+                Event::Worktree,
+                &[
+                    LogArg::Kv(what, to.to_string()),
+                    LogArg::Kv("from", from.to_string()),
+                ],
+            )
+        };
+        match crate::worktree::sync(&checkout, &repo, &copy.branch) {
+            Ok(crate::worktree::Synced::InStep) => {}
+            Ok(crate::worktree::Synced::Published { from, to }) => moved("published", &from, &to)?,
+            Ok(crate::worktree::Synced::Followed { from, to }) => moved("followed", &from, &to)?,
+            Err(why) => warn(why)?,
+        }
+    }
+    ready.place = Some(place);
+    ready.repo = Some(repo);
+    Ok(ready)
 }
 
 /// Where agents write their `{{output}}` files, inside their working directory.

@@ -152,9 +152,9 @@ impl Tick<'_> {
                 summary.reason = Some(reason.to_string());
             }
             End::Halt(reason, detail) => {
-                if matches!(reason, HaltReason::BudgetExhausted(_)) {
-                    self.commit_spend()?;
-                }
+                // What the tick's nodes spent counts, though the tick did not advance the
+                // loop (a budget crossed, a verdict unparseable, work refused).
+                self.commit_spend()?;
                 self.halt(reason, detail.as_deref(), summary)?;
             }
             End::Abort { node, reason } => {
@@ -216,7 +216,7 @@ impl Tick<'_> {
         self.paths.log(Event::Warn, &args)
     }
 
-    /// A budget crossed between nodes: what the tick spent counts, though it did not
+    /// A tick that halted before its commit: what it spent counts, though it did not
     /// advance the loop.
     fn commit_spend(&self) -> Result<(), StateError> {
         let spend = self
@@ -224,6 +224,9 @@ impl Tick<'_> {
             .lock()
             .map(|o| crate::node::spend_of(o.iter()))
             .unwrap_or_default();
+        if spend.usd == 0.0 && spend.tokens == 0 && spend.seconds == 0.0 {
+            return Ok(());
+        }
         self.paths.update(|s| {
             s.spent.usd = (s.spent.usd + spend.usd).min(f64::MAX);
             s.spent.tokens = s.spent.tokens.saturating_add(spend.tokens);

@@ -481,7 +481,8 @@ fn graph_of_the_default_tick() {
         ("implement", "verify"),
         ("verify", "parse"),
         ("parse", "orchestrate"),
-        ("orchestrate", "commit"),
+        ("orchestrate", "land"),
+        ("land", "commit"),
     ] {
         assert!(
             dot.stdout.contains(&format!("\"{a}\" -> \"{b}\"")),

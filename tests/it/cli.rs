@@ -387,6 +387,7 @@ fn status_and_check_find_the_project_from_a_subdirectory() {
     assert_eq!(r.code, 0, "{r:?}");
     let deep = p.join("src/deep/er");
     std::fs::create_dir_all(&deep).unwrap();
+    std::fs::create_dir_all(p.worktree("l").join("src")).unwrap();
     let r = lf_in(&deep, &["status"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.lines().any(|l| l.starts_with("l ")), "{r:?}");
@@ -396,9 +397,14 @@ fn status_and_check_find_the_project_from_a_subdirectory() {
     let r = lf_in(&deep, &["run", "--loop", "l", "--dry-run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("dry run of loop l"), "{r:?}");
-    // Inside the loop's own worktree (another git top level) too.
-    let r = lf_in(&p.worktree("l"), &["status", "--loop", "l"]);
+    // Inside the loop's own worktree (outside the project, another repository) too.
+    let r = Run::of(
+        loopflow(&p.worktree("l").join("src"))
+            .env("XDG_STATE_HOME", p.state_home.path())
+            .args(["status", "--loop", "l"]),
+    );
     assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.lines().any(|l| l.starts_with("l ")), "{r:?}");
     // --project still names it: a directory without loops is just that.
     let other = tempfile::tempdir().unwrap();
     let r = lf_in(

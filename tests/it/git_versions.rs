@@ -1,7 +1,8 @@
-//! The git loopflow works with, and how much of it a tick starts: relative worktree
-//! records (git ≥ 2.48 with `worktree.useRelativePaths` writes them; written here by hand
-//! so the test runs on any git), and the `git` processes a worktree tick spawns, counted
-//! by a `git` on PATH that logs its arguments before running the real one.
+//! The git loopflow works with, and how much of it a tick starts: worktrees of the old
+//! layout with relative records (git ≥ 2.48 with `worktree.useRelativePaths` writes them;
+//! written here by hand so the test runs on any git), and the `git` processes a worktree
+//! tick spawns, counted by a `git` on PATH that logs its arguments before running the
+//! real one.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -38,27 +39,61 @@ fn make_records_relative(worktree: &Path) {
     std::fs::write(wt.join(".git"), format!("gitdir: {}\n", there.display())).unwrap();
 }
 
+/// A loop of the old layout — its worktree a linked worktree of the user's repository,
+/// inside the loop's directory, with relative records as git ≥ 2.48 writes them and work
+/// left uncommitted — moves to its place at its next tick, nothing lost: the work it held
+/// is in the new worktree (and this tick's commit), the old worktree and its record gone.
 #[test]
-fn a_worktree_with_relative_records_commits_like_any_other() {
+fn a_worktree_of_the_old_layout_moves_out_at_the_next_tick_with_its_work() {
     let (p, w) = git_commit_project("mkdir -p src && echo 'fn main() {}' > src/main.rs");
-    make_records_relative(&w);
-    // git itself still takes the worktree for the loop's.
-    assert!(git(&w, &["rev-parse", "--abbrev-ref", "HEAD"]).starts_with("loopflow/g"));
-    let list = git(p.path(), &["worktree", "list", "--porcelain"]);
-    assert!(list.contains("branch refs/heads/loopflow/g"), "{list}");
+    // The old layout, as an older loopflow made it.
+    std::fs::remove_dir_all(&w).unwrap();
+    std::fs::remove_dir_all(p.loop_git_dir("g")).unwrap();
+    let old = p.loop_dir("g").join("worktree");
+    git(
+        p.path(),
+        &[
+            "worktree",
+            "add",
+            "-q",
+            &old.display().to_string(),
+            "loopflow/g",
+        ],
+    );
+    make_records_relative(&old);
+    std::fs::create_dir_all(old.join("src")).unwrap();
+    std::fs::write(old.join("src/wip.rs"), "// unsaved\n").unwrap();
+    std::fs::write(old.join("README.md"), "# edited in the old worktree\n").unwrap();
+    p.edit_state("g", |s| {
+        s["worktree_path"] = old.display().to_string().into()
+    });
 
     let r = p.lf(&["run", "--loop", "g", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.json()["outcome"], "tick", "{r:?}");
-    assert_eq!(commits(p.path(), "loopflow/g"), 2, "{r:?}");
-    assert!(git(&w, &["status", "--porcelain"]).is_empty());
-
-    // A record pointing elsewhere is still refused, relative or not: no agent runs there.
-    let elsewhere = Project::git();
-    let there = relative(&w.canonicalize().unwrap(), &elsewhere.path().join(".git"));
-    std::fs::write(w.join(".git"), format!("gitdir: {}\n", there.display())).unwrap();
-    let r = p.lf(&["run", "--loop", "g", "--json"]);
-    assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
+    let ev = p.events("g");
+    assert!(
+        ev.iter().any(|e| e.starts_with("WORKTREE moved=")),
+        "{ev:?}"
+    );
+    assert!(ev.iter().any(|e| e.contains("carried=2")), "{ev:?}");
+    let new = p.worktree("g");
+    assert_ne!(new, old);
+    assert!(!new.starts_with(p.path()));
+    assert!(!old.exists(), "the old worktree stays: {ev:?}");
+    assert!(!git(p.path(), &["worktree", "list"]).contains("loopflow/g"));
+    // The old worktree's work, and the tick's, on the branch.
+    for (f, text) in [
+        ("src/wip.rs", "// unsaved\n"),
+        ("README.md", "# edited in the old worktree\n"),
+        ("src/main.rs", "fn main() {}\n"),
+    ] {
+        assert_eq!(
+            git(p.path(), &["show", &format!("loopflow/g:{f}")]),
+            text,
+            "{f}"
+        );
+    }
     assert_eq!(commits(p.path(), "loopflow/g"), 2);
 }
 
@@ -163,7 +198,8 @@ fn a_worktree_tick_that_changes_nothing_starts_no_git_once_the_index_is_settled(
             "write-tree",
             "diff-tree",
             "commit-tree",
-            "update-ref"
+            "update-ref",
+            "fetch"
         ],
         "{r:?}"
     );

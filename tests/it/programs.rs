@@ -751,7 +751,7 @@ fn ci_triage_fixes_failing_tests_then_idles_while_green() {
     assert!(has(&ev, "TICK pass=true score=1.0 iter=1"), "{ev:?}");
     assert_eq!(ev.last().map(String::as_str), Some("HALT goal_met"));
     // The fix happened in the loop's worktree, not in the project checkout.
-    assert!(p.loop_dir("ci").join("worktree/fixed").is_file());
+    assert!(p.worktree("ci").join("fixed").is_file());
     assert!(!p.join("fixed").exists());
 
     // Approved: the tests now pass, so implement does not run and nothing is spent.
@@ -794,7 +794,7 @@ fn self_improvement_drains_the_backlog_then_halts_goal_met() {
     );
     assert_eq!(ev.last().map(String::as_str), Some("HALT goal_met"));
     // The backlog that was worked is the worktree's; the checkout's is untouched.
-    let wt = std::fs::read_to_string(p.loop_dir("si").join("worktree/BACKLOG.md")).expect("wt");
+    let wt = std::fs::read_to_string(p.worktree("si").join("BACKLOG.md")).expect("wt");
     assert!(
         wt.contains("- [x] **docs**") && wt.contains("- [x] **speed-up**"),
         "{wt}"
@@ -901,7 +901,7 @@ fn design_update_takes_drifting_docs_until_all_are_in_sync() {
     );
     assert!(has(&ev, "TASK done=docs/c.md next=none source=-"), "{ev:?}");
     assert_eq!(ev.last().map(String::as_str), Some("HALT goal_met"));
-    let a = std::fs::read_to_string(p.loop_dir("du").join("worktree/docs/a.md")).expect("doc");
+    let a = std::fs::read_to_string(p.worktree("du").join("docs/a.md")).expect("doc");
     assert!(!a.contains(&first), "{a}");
 }
 
@@ -937,7 +937,7 @@ fn init_with_a_remote_sets_up_a_first_loop() {
     let r = p.lf(&["init", "--task", "tidy up"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(p.loop_dir("default").join("loop.toml").is_file());
-    assert!(p.loop_dir("default").join("worktree/.git").exists());
+    assert!(p.worktree("default").join(".git").exists());
     assert_eq!(p.state("default")["current_task"], "tidy up");
     let gi = p.read(".gitignore");
     assert!(gi.starts_with("target/\n"), "{gi}");

@@ -322,7 +322,6 @@ fn an_agents_own_commits_outside_the_radius_are_caught_without_the_sandbox() {
             "mkdir -p .github/workflows && echo 'on: push' > .github/workflows/ci.yml && git add -A && {commit} -m ci"
         ),
         format!("echo x >> README.md && git add -A && {commit} --amend -m amended"),
-        format!("git cherry-pick other >/dev/null 2>&1 || {commit} -m none"),
         format!(
             "echo x >> README.md && git add -A && {commit} -m r && git reset -q --soft HEAD~1 && git reset -q"
         ),
@@ -330,11 +329,6 @@ fn an_agents_own_commits_outside_the_radius_are_caught_without_the_sandbox() {
         "mkdir -p src && ln -s \"$LOOPFLOW_PROJECT\" \"src/$(printf 'd\\376')\"".to_string(),
     ] {
         let p = Project::git();
-        // A branch with a README change, for the cherry-pick.
-        git(p.path(), &["checkout", "-q", "-b", "other"]);
-        p.write("README.md", "other\n");
-        p.commit_all("other");
-        git(p.path(), &["checkout", "-q", "main"]);
         p.write("verdict.json", &format!("{HALF}\n"));
         let agent = p.script(
             "agent.sh",

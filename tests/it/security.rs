@@ -708,24 +708,26 @@ fn an_agent_cannot_redirect_git_commit_onto_the_main_checkout() {
         // Approved by a human who has not looked: still nothing lands on main.
         assert_eq!(p.lf(&["approve", "--loop", "x"]).code, 0);
         let r = tick(&p, "x");
-        // The symlinked worktree is refused outright: its agent would run in the main
-        // checkout.
-        let symlinked = attack.contains("ln -s");
-        assert_eq!(r.code, if symlinked { 4 } else { 0 }, "{r:?}");
+        assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(p.git_cmd(&["rev-parse", "main"]), head, "{r:?}");
         assert_eq!(p.state("x")["iteration_count"], 0);
-        if !symlinked {
-            // The rewritten `.git` names no record of this worktree: nothing runs there, and
-            // the way back the skip names points it at its own record again.
-            assert_eq!(r.json()["reason"], "worktree_elsewhere", "{r:?}");
+        if attack.contains("ln -s") {
+            // A link is no worktree: nothing runs where it points, and restore will not
+            // make one there.
+            assert_eq!(r.json()["reason"], "worktree_missing", "{r:?}");
             let r = p.lf(&["worktree", "restore", "--loop", "x"]);
-            assert_eq!(r.code, 0, "{r:?}");
-            let g = p.lf(&["gate", "--loop", "x"]);
-            assert!(
-                g.stdout.contains("ok  worktree       worktree at "),
-                "{g:?}"
+            assert_eq!(r.code, 4, "{r:?}");
+            assert!(r.stderr.contains("is a symlink"), "{r:?}");
+        } else {
+            // The agent does it again, and is refused again; between its ticks the
+            // worktree's `.git` names the loop's own repository (a human's git there too).
+            assert_eq!(
+                r.json()["reason"],
+                "human_intervention:blast_radius",
+                "{r:?}"
             );
-            assert_eq!(p.git_cmd(&["rev-parse", "main"]), head);
+            let dotgit = std::fs::read_to_string(p.worktree("x").join(".git")).unwrap();
+            assert!(dotgit.contains("x.git"), "{dotgit}");
         }
     }
 }

@@ -250,8 +250,8 @@ fn json_summary_is_the_last_line() {
             "verify",
             "parse",
             "orchestrate",
-            "commit",
-            "land"
+            "land",
+            "commit"
         ]
     );
     for n in nodes {
@@ -1037,7 +1037,7 @@ fn a_worktree_loop_created_from_its_repo_runs_from_anywhere() {
         p.events_after_create("l"),
         ["TICK pass=false score=0.2 iter=1"]
     );
-    let wt = p.loop_dir("l").join("worktree").canonicalize().unwrap();
+    let wt = p.worktree("l").canonicalize().unwrap();
     let w = p.read("where-implement.txt");
     assert!(w.contains(&format!("pwd={}\n", wt.display())), "{w}");
     assert!(w.contains("prompt-exists"), "{w}");

@@ -7,7 +7,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::git::{GitError, Linked, WorktreeError, changed_paths};
+use crate::git::{CopyError, GitError, Repo, paths_of};
+use crate::worktree::Copy;
 
 /// The most files stamped in a project without git; past it the tick says so and checks
 /// nothing rather than walk a huge tree twice per tick.
@@ -61,10 +62,15 @@ impl Stamp {
 #[derive(Debug)]
 pub enum Baseline {
     /// Worktree: the loop branch's tip; everything since it is the tick's.
-    Branch { linked: Linked, base: String },
+    Branch {
+        repo: Repo,
+        copy: Copy,
+        base: String,
+    },
     /// Worktrees off, a git project: HEAD, and how each path that already differed from
     /// it looked (`None`: deleted).
     Checkout {
+        repo: Repo,
         top: PathBuf,
         head: Option<String>,
         dirty: HashMap<PathBuf, Option<Stamp>>,
@@ -79,7 +85,9 @@ pub enum Baseline {
 #[derive(Debug, thiserror::Error)]
 pub enum BaselineError {
     #[error(transparent)]
-    Worktree(#[from] WorktreeError),
+    Worktree(#[from] CopyError),
+    #[error("the loop's worktree is not there")]
+    NoWorktree,
     #[error("{0} names no commit")]
     NoBase(String),
     #[error(transparent)]
@@ -92,29 +100,40 @@ impl Baseline {
     /// Taken before the first node. `Err` says why the tick's changes cannot be told
     /// apart (a worktree that is not the loop's own any more, say): `git-commit` halts.
     pub fn take(
-        worktree: bool,
-        project: &Path,
+        worktree: Option<Option<&Repo>>,
+        copy: Option<&Copy>,
         cwd: &Path,
-        name: &str,
     ) -> Result<Baseline, BaselineError> {
-        if worktree {
-            let linked = Linked::open(project, cwd, &branch(name))?;
-            let base = linked
-                .rev(&linked.branch)
-                .ok_or_else(|| BaselineError::NoBase(linked.branch.clone()))?;
-            return Ok(Baseline::Branch { linked, base });
+        if let Some(repo) = worktree {
+            let (Some(repo), Some(copy)) = (repo, copy) else {
+                return Err(BaselineError::NoWorktree);
+            };
+            let base = repo
+                .rev(&copy.branch)?
+                .ok_or_else(|| BaselineError::NoBase(copy.branch.clone()))?;
+            return Ok(Baseline::Branch {
+                repo: repo.clone(),
+                copy: copy.clone(),
+                base,
+            });
         }
-        match toplevel(cwd) {
-            Some(top) => {
-                let head = rev(&top, "HEAD");
-                let dirty = changed_paths(&top)?
+        match checkout(cwd)? {
+            Some(repo) => {
+                let top = repo.top().to_path_buf();
+                let head = repo.rev("HEAD")?;
+                let dirty = paths_of(&repo.status(true)?)
                     .into_iter()
                     .map(|p| {
                         let s = Stamp::of(&top.join(&p));
                         (p, s)
                     })
                     .collect();
-                Ok(Baseline::Checkout { top, head, dirty })
+                Ok(Baseline::Checkout {
+                    repo,
+                    top,
+                    head,
+                    dirty,
+                })
             }
             None => Ok(walk(cwd).map_or(Baseline::TooLarge, Baseline::Files)),
         }
@@ -124,8 +143,13 @@ impl Baseline {
     pub fn changed_since(&self, cwd: &Path) -> Result<Vec<PathBuf>, BaselineError> {
         match self {
             Baseline::Branch { .. } | Baseline::TooLarge => Ok(Vec::new()),
-            Baseline::Checkout { top, head, dirty } => {
-                let now = changed_paths(top)?;
+            Baseline::Checkout {
+                repo,
+                top,
+                head,
+                dirty,
+            } => {
+                let now = paths_of(&repo.status(true)?);
                 let mut out: Vec<PathBuf> = Vec::new();
                 for p in &now {
                     let full = top.join(p);
@@ -142,9 +166,9 @@ impl Baseline {
                 }
                 // Commits made during the tick.
                 if let Some(h) = head
-                    && rev(top, "HEAD").as_deref() != Some(h.as_str())
+                    && repo.rev("HEAD")?.as_deref() != Some(h.as_str())
                 {
-                    let changed = crate::git::changed_between(top, h, "HEAD")?;
+                    let changed = repo.changed_between(h, "HEAD")?;
                     out.extend(changed.into_iter().map(|p| top.join(p)));
                 }
                 out.sort();
@@ -168,27 +192,17 @@ impl Baseline {
     }
 }
 
-pub fn branch(name: &str) -> String {
-    format!("refs/heads/loopflow/{name}")
-}
-
 /// The repository `cwd` is in, if any. Without a `.git` anywhere above it git would find
-/// none either (loopflow never passes GIT_DIR on), so that case costs a few `lstat`s
-/// instead of a git process every tick; with one, git decides (ceilings, filesystem
-/// boundaries, bare repositories).
-fn toplevel(cwd: &Path) -> Option<PathBuf> {
-    let abs = std::path::absolute(cwd).ok()?;
+/// none either, so that case costs a few `lstat`s instead of a git process every tick.
+fn checkout(cwd: &Path) -> Result<Option<Repo>, GitError> {
+    let abs = std::path::absolute(cwd).map_err(GitError::Spawn)?;
     if !abs
         .ancestors()
         .any(|d| std::fs::symlink_metadata(d.join(".git")).is_ok())
     {
-        return None;
+        return Ok(None);
     }
-    crate::git::show_toplevel(cwd)
-}
-
-fn rev(top: &Path, r: &str) -> Option<String> {
-    crate::git::rev(top, r).ok().flatten()
+    Repo::checkout(cwd)
 }
 
 /// Every entry under `root` but [`SKIPPED`] ones at its top, stamped; `None` past

@@ -15,11 +15,12 @@ pub use baseline::{Baseline, BaselineError};
 
 use crate::blast::{Radius, Refusal};
 use crate::diag::Diagnostics;
-use crate::git::{Change, GitError, Linked, MODE_GITLINK, MODE_SYMLINK};
+use crate::git::{Change, GitError, MODE_GITLINK, MODE_SYMLINK, Repo};
 use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
 use crate::reason::{Failure, HaltReason, Intervention};
 use crate::template::Tmpl;
 use crate::toml_read::Table;
+use crate::worktree::Copy;
 
 pub struct GitCommit;
 
@@ -70,8 +71,13 @@ fn radius(ctx: &NodeCtx<'_>) -> Result<Radius, Failure> {
         .map_err(|e| Failure::BlastRadius(e.to_string()))
 }
 
+/// The tick's work could not be staged, checked or committed: the loop halts
+/// (`human_intervention:commit_failed`) and the tick never counts as done.
 fn failed(e: impl std::fmt::Display) -> NodeRun {
-    NodeRun::fail(Failure::Git(e.to_string()))
+    NodeRun::Halt {
+        reason: HaltReason::HumanIntervention(Intervention::CommitFailed),
+        detail: Some(e.to_string()),
+    }
 }
 
 impl NodeSpec for GitCommitNode {
@@ -91,7 +97,7 @@ impl NodeSpec for GitCommitNode {
             None => return failed("the tick took no baseline to compare against"),
         };
         match baseline {
-            Baseline::Branch { linked, base } => self.land(ctx, linked, base),
+            Baseline::Branch { repo, copy, base } => self.land(ctx, repo, copy, base),
             Baseline::TooLarge => {
                 ctx.warn(format!(
                     "more than {} files in a project without git: the tick's changes were not checked against the blast radius",
@@ -151,30 +157,42 @@ impl GitCommitNode {
     }
 
     /// Worktree: stage everything, compare the staged tree with the tick's base, and
-    /// either make it one commit on the base or put the branch back on the base.
-    fn land(&self, ctx: &NodeCtx<'_>, linked: &Linked, base: &str) -> NodeRun {
-        // The worktree must still be the one the tick began in.
-        if let Err(why) = Linked::open(ctx.scope().project, &linked.work_tree, &linked.branch) {
-            return halt(format!("{}: {why}", linked.work_tree.display()));
+    /// either make it one commit on the base or put the branch back on the base. The
+    /// commit then goes to the loop's branch in the user's repository.
+    fn land(&self, ctx: &NodeCtx<'_>, repo: &Repo, copy: &Copy, base: &str) -> NodeRun {
+        // The worktree must still be the loop's own (its `.git` put back if an agent
+        // rewrote it), on its branch.
+        // `.git` is always outside the radius: an agent that rewrote it (to make git
+        // commit elsewhere, or run a filter it planted) gets nothing committed.
+        match copy.open() {
+            Ok((_, true)) => {
+                return halt(format!(
+                    ".git: the worktree's .git was rewritten to name another repository; loopflow pointed it back at the loop's own and committed nothing (the files are left in {} for review)",
+                    copy.work_tree.display()
+                ));
+            }
+            Ok(_) => {}
+            Err(why) => return halt(format!("{}: {why}", copy.work_tree.display())),
         }
+        let tip = |r: &Repo| r.rev(&copy.branch).ok().flatten();
         // Nothing changed, told from the index and the files: no git process at all.
-        if linked.rev(&linked.branch).as_deref() == Some(base) && linked.certainly_clean(base) {
+        if tip(repo).as_deref() == Some(base) && repo.certainly_clean(base) {
             return NodeRun::Ok(NodeOutput::default());
         }
-        let status = match linked.status() {
+        let status = match repo.status(true) {
             Ok(p) => p,
             Err(e) => return failed(e),
         };
         // A clean worktree is the index is HEAD is the branch (HEAD names it: `open`
         // checked): with the branch still on the base, the tick changed nothing.
-        if status.is_empty() && linked.rev(&linked.branch).as_deref() == Some(base) {
+        if status.is_empty() && tip(repo).as_deref() == Some(base) {
             return NodeRun::Ok(NodeOutput::default());
         }
         // A nested repository makes `git add` fail (or record a gitlink): refused first.
         let nested: Vec<Refused> = status
             .iter()
             .flat_map(|e| std::iter::once(&e.path).chain(&e.orig))
-            .filter(|p| linked.work_tree.join(p).join(".git").exists())
+            .filter(|p| copy.work_tree.join(p).join(".git").exists())
             .map(|p| Refused::Nested {
                 path: p.display().to_string(),
             })
@@ -192,14 +210,17 @@ impl GitCommitNode {
             .filter(|e| e.unstaged && !e.path.starts_with(out_dir))
             .map(|e| e.path)
             .collect();
-        if let Err(e) = linked.stage(&to_stage) {
-            return failed(e);
+        if let Err(e) = repo.stage(&to_stage) {
+            let _ = repo.reset_mixed(base);
+            return failed(format!(
+                "{e} (nothing was committed; the files are left in the worktree for review)"
+            ));
         }
-        let tree = match linked.write_tree() {
+        let tree = match repo.write_tree() {
             Ok(t) => t,
             Err(e) => return failed(e),
         };
-        let changes = match linked.diff(base, &tree) {
+        let changes = match repo.diff_tree(base, &tree) {
             Ok(c) => c,
             Err(e) => return failed(e),
         };
@@ -208,17 +229,17 @@ impl GitCommitNode {
         } else {
             let radius = match radius(ctx) {
                 Ok(r) => r,
-                Err(why) => return NodeRun::fail(why),
+                Err(why) => return failed(why),
             };
             changes
                 .iter()
-                .filter_map(|c| in_tree(&radius, linked, c).err())
+                .filter_map(|c| in_tree(&radius, repo, c).err())
                 .collect()
         };
-        let head = linked.rev(&linked.branch);
+        let head = tip(repo);
         if !refused.is_empty() {
             // Branch and index back where the tick found them; the files stay for review.
-            let reset = linked.reset_to(base);
+            let reset = repo.reset_mixed(base);
             let mut detail = joined(&refused);
             match reset {
                 Ok(_) => detail.push_str(&format!(
@@ -238,19 +259,28 @@ impl GitCommitNode {
             Err(e) => return NodeRun::fail(Failure::Template(e)),
         };
         if head.as_deref() != Some(base)
-            && let Ok(log) = linked.subjects(base, &linked.branch, 50)
+            && let Ok(log) = repo.subjects(&format!("{base}..{}", copy.branch), 50, false)
             && !log.is_empty()
         {
             message.push_str("\n\nThe agent's own commits, folded into this one:\n");
             message.push_str(&log);
         }
-        let commit = match linked.commit_tree(&tree, base, &message) {
+        let commit = match repo.commit_tree(&tree, base, &message) {
             Ok(c) => c,
             Err(e) => return failed(e),
         };
         let old = head.unwrap_or_else(|| base.to_string());
-        if let Err(e) = linked.move_branch(&commit, &old) {
+        if let Err(e) = repo.move_ref(&copy.branch, &commit, &old, "loopflow git-commit") {
             return failed(e);
+        }
+        // The loop's branch in the user's repository: where `review`, `land` and people
+        // see the work. A fast-forward only: a branch moved meanwhile is a human's to see.
+        if let Err(e) = publish(ctx.scope().project, repo, &copy.branch) {
+            return failed(format!(
+                "committed {} in the loop's worktree, but {} of your repository could not take it: {e}",
+                short(&commit),
+                copy.branch.trim_start_matches("refs/heads/")
+            ));
         }
         NodeRun::Ok(NodeOutput {
             exit_code: Some(0),
@@ -258,6 +288,15 @@ impl GitCommitNode {
             ..Default::default()
         })
     }
+}
+
+/// Moves the loop's branch of the user's repository at `project` to the loop's.
+fn publish(project: &Path, repo: &Repo, branch: &str) -> Result<(), GitError> {
+    let checkout = Repo::checkout(project)?.ok_or_else(|| GitError::Failed {
+        what: "rev-parse".into(),
+        stderr: format!("{} is not a git repository any more", project.display()),
+    })?;
+    checkout.fetch_branch(&repo.git_dir, branch, false)
 }
 
 fn short(sha: &str) -> &str {
@@ -287,7 +326,7 @@ fn joined(refused: &[Refused]) -> String {
 
 /// One path of the staged tree against the radius: the path, a symlink's target as
 /// committed (not as the disk has it now), and no nested repositories.
-fn in_tree(radius: &Radius, linked: &Linked, c: &Change) -> Result<(), Refused> {
+fn in_tree(radius: &Radius, repo: &Repo, c: &Change) -> Result<(), Refused> {
     let full = radius.root().join(&c.path);
     let path = || c.path.display().to_string();
     radius
@@ -297,13 +336,12 @@ fn in_tree(radius: &Radius, linked: &Linked, c: &Change) -> Result<(), Refused> 
         return Err(Refused::Nested { path: path() });
     }
     if c.mode == MODE_SYMLINK {
-        let target =
-            linked
-                .blob(&c.object, LINK_MAX + 1)
-                .map_err(|source| Refused::Unreadable {
-                    path: path(),
-                    source,
-                })?;
+        let target = repo
+            .blob(&c.object, LINK_MAX + 1)
+            .map_err(|source| Refused::Unreadable {
+                path: path(),
+                source,
+            })?;
         if target.len() > LINK_MAX {
             return Err(Refused::LongLink { path: path() });
         }

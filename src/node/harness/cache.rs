@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::Role;
-use crate::git::git;
+use crate::git::Repo;
 use crate::node::{NodeCtx, NodeOutput, OUTPUT_CAP};
 
 /// How many verdicts a role's cache keeps (oldest dropped first).
@@ -80,7 +80,7 @@ pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, CacheE
         }
         None => {
             h.field(b"working-tree");
-            tree_hash(ctx.scope().cwd, &mut h)?;
+            tree_hash(ctx.scope().cwd, repo_of(ctx).as_ref(), &mut h)?;
         }
     }
     if let Some((p, _)) = &cfg.prompt {
@@ -89,19 +89,30 @@ pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, CacheE
     Ok(h.hex())
 }
 
+/// The repository the tick works in: the loop's own for a worktree loop (never found
+/// through the work tree's `.git`, an agent's to rewrite), else the checkout's.
+fn repo_of(ctx: &NodeCtx<'_>) -> Option<Repo> {
+    let scope = ctx.scope();
+    if !scope.config.worktree {
+        return Repo::checkout(scope.cwd).ok().flatten();
+    }
+    let copy = crate::worktree::location(
+        scope.project,
+        scope.loop_name,
+        scope.config.worktree_dir.as_deref(),
+    )
+    .ok()?;
+    copy.exists()
+        .then(|| Repo::copy(&copy.git_dir, &copy.work_tree))
+}
+
 /// Hashes every file of the working tree that git would see (tracked and untracked, not
 /// ignored), or every file when `dir` is not in a git repository; `.loopflow/` and `.git/`
 /// are always left out.
-fn tree_hash(dir: &Path, h: &mut Key) -> Result<(), CacheError> {
-    let listed = git(dir, &["ls-files", "-co", "--exclude-standard", "-z"])
-        .ok()
-        .filter(|o| o.status.success());
+fn tree_hash(dir: &Path, repo: Option<&Repo>, h: &mut Key) -> Result<(), CacheError> {
+    let listed = repo.and_then(|r| r.files().ok());
     let mut files: Vec<String> = match listed {
-        Some(o) => String::from_utf8_lossy(&o.stdout)
-            .split('\0')
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect(),
+        Some(l) => l.iter().map(|p| p.to_string_lossy().into_owned()).collect(),
         None => {
             let mut out = Vec::new();
             walk(dir, dir, &mut out)?;

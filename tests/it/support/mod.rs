@@ -21,20 +21,60 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_loopflow"))
 }
 
-/// The `loopflow` binary as a command run from `cwd`, without colour and without the
-/// variable that would override the context window loop.toml gives.
+/// Where loop worktrees go for a `loopflow` run outside any [`Project`] (one directory
+/// for this test binary, outside every project).
+fn shared_state_home() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix("loopflow-it-state.")
+            .tempdir()
+            .expect("state home")
+            .keep()
+    })
+}
+
+/// Whether a variable of the developer's shell would change what loopflow does: its own
+/// settings, telemetry, trace context, and the XDG directories (where worktrees, the
+/// projects registry and usage limits live).
+fn scrubbed(key: &std::ffi::OsStr) -> bool {
+    let k = key.to_string_lossy();
+    ["LOOPFLOW_", "OTEL_", "XDG_"]
+        .iter()
+        .any(|p| k.starts_with(p))
+        || k == "TRACEPARENT"
+        || k == "TRACESTATE"
+        || k == "CLICOLOR_FORCE"
+}
+
+/// The `loopflow` binary as a command run from `cwd`, without colour and with none of the
+/// developer's environment that would steer it ([`scrubbed`]): worktrees go to a
+/// directory of the test binary's own.
 pub fn loopflow(cwd: &Path) -> Command {
     let mut c = Command::new(bin());
-    c.current_dir(cwd)
-        .env("NO_COLOR", "1")
-        .env_remove("CLICOLOR_FORCE")
-        .env_remove("LOOPFLOW_CONTEXT_TOKENS");
+    c.current_dir(cwd).env("NO_COLOR", "1");
+    for (k, _) in std::env::vars_os() {
+        if scrubbed(&k) {
+            c.env_remove(k);
+        }
+    }
+    c.env("XDG_STATE_HOME", shared_state_home());
+    hermetic_git(&mut c);
     c
 }
 
-/// A throw-away project directory.
+/// Git as a fresh machine has it: no configuration of the developer's (their identity,
+/// aliases, hooks path, `init.defaultBranch`) reaches a test's git or loopflow's.
+pub fn hermetic_git(c: &mut Command) -> &mut Command {
+    c.env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+}
+
+/// A throw-away project directory, and beside it (never inside) the directory its loop
+/// worktrees go to (`XDG_STATE_HOME` of every `loopflow` it runs).
 pub struct Project {
     pub dir: tempfile::TempDir,
+    pub state_home: tempfile::TempDir,
 }
 
 /// The result of one `loopflow` invocation.
@@ -86,6 +126,7 @@ impl Project {
     pub fn new() -> Project {
         Project {
             dir: tempfile::tempdir().expect("tempdir"),
+            state_home: tempfile::tempdir().expect("tempdir"),
         }
     }
 
@@ -150,7 +191,10 @@ impl Project {
     /// `loopflow --project <dir> ARGS` as a command to spawn in the background.
     pub fn lf_cmd(&self, args: &[&str]) -> Command {
         let mut c = loopflow(self.path());
-        c.arg("--project").arg(self.path()).args(args);
+        c.env("XDG_STATE_HOME", self.state_home.path())
+            .arg("--project")
+            .arg(self.path())
+            .args(args);
         c
     }
 
@@ -194,9 +238,32 @@ impl Project {
         self.join(&format!(".loopflow/loops/{name}"))
     }
 
-    /// The git worktree a loop works in.
+    /// The worktree a loop works in: where its state says loopflow made it (outside the
+    /// project, under [`Project::state_home`]).
     pub fn worktree(&self, name: &str) -> PathBuf {
-        self.loop_dir(name).join("worktree")
+        let recorded = std::fs::read_to_string(self.loop_dir(name).join(".state.loop"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .and_then(|s| s["worktree_path"].as_str().map(PathBuf::from));
+        recorded.unwrap_or_else(|| self.worktrees_dir().join(name))
+    }
+
+    /// The directory this project's loop worktrees are in (`<state home>/loopflow/worktrees/
+    /// <label>-<hash>`).
+    pub fn worktrees_dir(&self) -> PathBuf {
+        let root = self.state_home.path().join("loopflow/worktrees");
+        std::fs::read_dir(&root)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.path())
+            .unwrap_or(root)
+    }
+
+    /// The git directory of a loop's own repository, beside its worktree.
+    pub fn loop_git_dir(&self, name: &str) -> PathBuf {
+        let wt = self.worktree(name);
+        wt.with_file_name(format!("{name}.git"))
     }
 
     /// The file `file` of a loop's `outputs/` (`1-implement.prompt.md`, …); it must exist.
@@ -444,7 +511,7 @@ impl Rng {
 
 /// `git ARGS` in `dir`; panics unless it succeeds. Returns its stdout.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
+    let o = hermetic_git(&mut Command::new("git"))
         .args(args)
         .current_dir(dir)
         .output()
