@@ -134,6 +134,9 @@ impl Repo {
                 // The branch may be checked out here (a loop's own repository): its files
                 // are put right by the caller.
                 "--update-head-ok",
+                // A shallow source (a CI checkout's `fetch-depth: 1`) makes this one
+                // shallow too, instead of refusing the ref.
+                "--update-shallow",
             ])
             .arg(from)
             .arg(spec)
@@ -154,6 +157,7 @@ impl Repo {
                 "--no-tags",
                 "--no-write-fetch-head",
                 "--no-recurse-submodules",
+                "--update-shallow",
             ])
             .arg(from)
             .arg(sha)

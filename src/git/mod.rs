@@ -22,7 +22,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
 pub use copy::{CopySettings, LOOPFLOW_IDENTITY, linked_worktrees};
-pub use parse::{Change, MODE_GITLINK, MODE_SYMLINK, paths_of};
+pub use parse::{Change, MODE_GITLINK, MODE_SYMLINK, StatusEntry, paths_of};
 pub use repo::Repo;
 
 /// A git command that could not run, or said no.

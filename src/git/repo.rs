@@ -223,6 +223,31 @@ impl Repo {
             .map(|_| ())
     }
 
+    /// Puts `paths` (relative to the work tree) back as HEAD has them, in the index and
+    /// the files (`checkout HEAD --`, taken literally).
+    pub fn restore_from_head(&self, paths: &[PathBuf]) -> Result<(), GitError> {
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let mut list = Vec::new();
+        for p in paths {
+            list.extend_from_slice(p.as_os_str().as_encoded_bytes());
+            list.push(0);
+        }
+        self.git_files()?
+            .global("--literal-pathspecs")
+            .args([
+                "checkout",
+                "-q",
+                "HEAD",
+                "--pathspec-from-file=-",
+                "--pathspec-file-nul",
+            ])
+            .stdin(list)
+            .ok("checkout")
+            .map(|_| ())
+    }
+
     /// Writes the index as a tree (`write-tree`); its id.
     pub fn write_tree(&self) -> Result<String, GitError> {
         let t = self.git().arg("write-tree").ok("write-tree")?;

@@ -106,6 +106,10 @@ pub struct Spawn<'a> {
     /// An agent the user's own `command` runs (no preset): told which agents' keys
     /// it does not see.
     pub own_agent: bool,
+    /// What it changes in the worktree is the tick's work (an implementer). Anything
+    /// else's changes (a verifier's, an orchestrator's, a `command` node's) are left out
+    /// of the commit and put back (DESIGN §9).
+    pub work: bool,
     pub stdout: PathBuf,
     pub stderr: PathBuf,
 }

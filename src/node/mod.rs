@@ -16,7 +16,7 @@ use crate::verdict::Verdict;
 mod command;
 mod commit;
 pub use commit::spend_of;
-pub use git_commit::{Baseline, BaselineError};
+pub use git_commit::{Baseline, BaselineError, Leftovers};
 mod ctx;
 pub mod floor_check;
 mod gate;

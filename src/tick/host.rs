@@ -266,8 +266,57 @@ impl<'a> Tick<'a> {
     }
 }
 
-impl Host for Tick<'_> {
-    fn spawn(&self, node: &str, s: &Spawn<'_>) -> Finished {
+impl Tick<'_> {
+    /// The marks of the worktree, when the tick commits one (see `git_commit/leftovers.rs`).
+    #[allow(clippy::type_complexity)]
+    fn leftovers(
+        &self,
+    ) -> Option<(
+        &crate::git::Repo,
+        &crate::worktree::Copy,
+        &str,
+        &crate::node::Leftovers,
+    )> {
+        match &self.baseline {
+            Some(Ok(crate::node::Baseline::Branch {
+                repo,
+                copy,
+                base,
+                leftovers,
+            })) => Some((repo, copy, base.as_str(), leftovers)),
+            _ => None,
+        }
+    }
+
+    /// Marks the worktree before or after a process that is not an implementer; a mark git could not take is said, once per node.
+    fn mark_leftovers(&self, node: &str, after: bool) {
+        let Some((repo, copy, base, l)) = self.leftovers() else {
+            return;
+        };
+        let r = if after {
+            l.after(node, repo, &copy.branch, base)
+        } else {
+            l.before(repo, &copy.branch, base)
+        };
+        if let Err(e) = r
+            && self.first_time(node, "leftovers")
+        {
+            self.event(
+                Event::Warn,
+                &[
+                    LogArg::Kv("node", node.to_string()),
+                    LogArg::Kv(
+                        "msg",
+                        format!("what this node leaves in the worktree cannot be told apart: {e}"),
+                    ),
+                ],
+            );
+        }
+    }
+
+    /// Runs one process of a node: the loop's environment, its sandbox and proxy, the
+    /// record of its process group, and what it left behind stopped with the node.
+    fn spawn_marked(&self, node: &str, s: &Spawn<'_>) -> Finished {
         let record = |pgid: u32| {
             if let Some(l) = self.lock {
                 l.record_group(pgid);
@@ -421,7 +470,19 @@ impl Host for Tick<'_> {
         }
         done
     }
+}
 
+impl Host for Tick<'_> {
+    fn spawn(&self, node: &str, s: &Spawn<'_>) -> Finished {
+        if !s.work {
+            self.mark_leftovers(node, false);
+        }
+        let done = self.spawn_marked(node, s);
+        if !s.work {
+            self.mark_leftovers(node, true);
+        }
+        done
+    }
     fn event(&self, event: Event, args: &[LogArg<'_>]) {
         let _ = self.paths.log(event, args);
     }

@@ -523,6 +523,22 @@ fn run_locked(
     crate::process::become_subreaper();
     let result = tick.execute(&scope, opts.parallel, repaired);
     empty_dir(&tmp, None);
+    // Whatever its agents did to the worktree's `.git`, the human's own git there (and
+    // the next tick's) finds the loop's repository.
+    if let Some(c) = &copy
+        && let Ok((_, true)) = c.open()
+    {
+        let _ = paths.log(
+            Event::Warn,
+            &[LogArg::Kv(
+                "msg",
+                format!(
+                    "{}/.git named another repository at the tick's end; it names the loop's own again",
+                    c.work_tree.display()
+                ),
+            )],
+        );
+    }
     result
 }
 

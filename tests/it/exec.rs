@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use crate::support::{
-    LoopToml, PipelineToml, Project, live_group_members, standard_agent, wait_for_file,
+    LoopToml, PipelineToml, Project, live_group_members, standard_agent, wait_for_line,
     wait_group_gone,
 };
 use serde_json::Value;
@@ -559,7 +559,7 @@ fn sigterm_mid_tick_aborts_interrupted_and_leaves_state_alone() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_file(&p.join("pgid"));
+    wait_for_line(&p.join("pgid"));
     // SAFETY: signals our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();
@@ -666,7 +666,7 @@ fn sigterm_to_a_daemon_mid_tick_stops_it_cleanly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_file(&p.join("pgid"));
+    wait_for_line(&p.join("pgid"));
     // SAFETY: signals our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let out = child.wait_with_output().unwrap();

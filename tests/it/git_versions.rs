@@ -193,6 +193,9 @@ fn a_worktree_tick_that_changes_nothing_starts_no_git_once_the_index_is_settled(
     assert_eq!(
         subcommands(&log),
         [
+            // Around the verifier (what it leaves is not the tick's work), then the commit's.
+            "status",
+            "status",
             "status",
             "add",
             "write-tree",

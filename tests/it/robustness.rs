@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::support::{
-    LoopToml, Project, Rng, live_group_members, standard_agent, wait_for_file, wait_group_gone,
+    LoopToml, Project, Rng, live_group_members, standard_agent, wait_for_line, wait_group_gone,
     wait_until,
 };
 use serde_json::Value;
@@ -459,7 +459,7 @@ exit 0"#
     );
     p.agent_loop("l", &agent, "");
     let mut run = p.lf_spawn(&["run", "--loop", "l"]);
-    wait_for_file(&p.join("agent.pid"));
+    wait_for_line(&p.join("agent.pid"));
     let pgid: i32 = std::fs::read_to_string(p.join("agent.pid"))
         .unwrap()
         .trim()

@@ -66,6 +66,8 @@ pub enum Baseline {
         repo: Repo,
         copy: Copy,
         base: String,
+        /// What processes other than implementers changed during the tick.
+        leftovers: super::leftovers::Leftovers,
     },
     /// Worktrees off, a git project: HEAD, and how each path that already differed from
     /// it looked (`None`: deleted).
@@ -115,6 +117,7 @@ impl Baseline {
                 repo: repo.clone(),
                 copy: copy.clone(),
                 base,
+                leftovers: Default::default(),
             });
         }
         match checkout(cwd)? {

@@ -8,10 +8,12 @@
 //! commits nothing but halts the same way on a path the tick changed outside the radius.
 
 mod baseline;
+mod leftovers;
 
 use std::path::{Path, PathBuf};
 
 pub use baseline::{Baseline, BaselineError};
+pub use leftovers::Leftovers;
 
 use crate::blast::{Radius, Refusal};
 use crate::diag::Diagnostics;
@@ -97,7 +99,12 @@ impl NodeSpec for GitCommitNode {
             None => return failed("the tick took no baseline to compare against"),
         };
         match baseline {
-            Baseline::Branch { repo, copy, base } => self.land(ctx, repo, copy, base),
+            Baseline::Branch {
+                repo,
+                copy,
+                base,
+                leftovers,
+            } => self.land(ctx, repo, copy, base, leftovers),
             Baseline::TooLarge => {
                 ctx.warn(format!(
                     "more than {} files in a project without git: the tick's changes were not checked against the blast radius",
@@ -159,7 +166,14 @@ impl GitCommitNode {
     /// Worktree: stage everything, compare the staged tree with the tick's base, and
     /// either make it one commit on the base or put the branch back on the base. The
     /// commit then goes to the loop's branch in the user's repository.
-    fn land(&self, ctx: &NodeCtx<'_>, repo: &Repo, copy: &Copy, base: &str) -> NodeRun {
+    fn land(
+        &self,
+        ctx: &NodeCtx<'_>,
+        repo: &Repo,
+        copy: &Copy,
+        base: &str,
+        leftovers: &leftovers::Leftovers,
+    ) -> NodeRun {
         // The worktree must still be the loop's own (its `.git` put back if an agent
         // rewrote it), on its branch.
         // `.git` is always outside the radius: an agent that rewrote it (to make git
@@ -179,10 +193,15 @@ impl GitCommitNode {
         if tip(repo).as_deref() == Some(base) && repo.certainly_clean(base) {
             return NodeRun::Ok(NodeOutput::default());
         }
-        let status = match repo.status(true) {
+        let mut status = match repo.status(true) {
             Ok(p) => p,
             Err(e) => return failed(e),
         };
+        // What the verifier, the orchestrator and `command` nodes left is not the tick's
+        // work: put back as it was, and out of the commit.
+        if let Err(e) = put_back_leftovers(ctx, repo, copy, leftovers, &mut status) {
+            return failed(e);
+        }
         // A clean worktree is the index is HEAD is the branch (HEAD names it: `open`
         // checked): with the branch still on the base, the tick changed nothing.
         if status.is_empty() && tip(repo).as_deref() == Some(base) {
@@ -288,6 +307,69 @@ impl GitCommitNode {
             ..Default::default()
         })
     }
+}
+
+/// Puts back what processes other than the implementers changed (see `leftovers.rs`):
+/// tracked files as HEAD has them, files they created removed; one `WARN` names them.
+/// A path an implementer had changed before them cannot be put back as the implementer
+/// left it: it is committed as it is, and the `WARN` says so. `status` loses the paths
+/// put back.
+fn put_back_leftovers(
+    ctx: &NodeCtx<'_>,
+    repo: &Repo,
+    copy: &Copy,
+    leftovers: &leftovers::Leftovers,
+    status: &mut Vec<crate::git::StatusEntry>,
+) -> Result<(), GitError> {
+    let listed: std::collections::HashSet<PathBuf> =
+        crate::git::paths_of(status).into_iter().collect();
+    let left = leftovers.take(&copy.work_tree, &listed);
+    if left.is_empty() {
+        return Ok(());
+    }
+    let untracked: std::collections::HashSet<&PathBuf> = status
+        .iter()
+        .filter(|e| &e.code == b"??")
+        .map(|e| &e.path)
+        .collect();
+    let mut tracked = Vec::new();
+    let mut put_back = Vec::new();
+    let mut kept = Vec::new();
+    for (p, l) in &left {
+        if l.changed_before {
+            kept.push(format!("{} ({})", p.display(), l.node));
+            continue;
+        }
+        if untracked.contains(p) {
+            let full = copy.work_tree.join(p);
+            if std::fs::symlink_metadata(&full).is_ok() {
+                std::fs::remove_file(&full).map_err(GitError::Spawn)?;
+            }
+        } else if listed.contains(p) {
+            tracked.push(p.clone());
+        }
+        put_back.push(format!("{} ({})", p.display(), l.node));
+    }
+    repo.restore_from_head(&tracked)?;
+    let gone: std::collections::HashSet<PathBuf> = left
+        .iter()
+        .filter(|(_, l)| !l.changed_before)
+        .map(|(p, _)| p.clone())
+        .collect();
+    status.retain(|e| !gone.contains(&e.path));
+    if !put_back.is_empty() {
+        ctx.warn(format!(
+            "left out of the commit, not the implementer's work (put back as they were): {}",
+            put_back.join(", ")
+        ));
+    }
+    if !kept.is_empty() {
+        ctx.warn(format!(
+            "changed after the implementer by another node, committed as they are now: {}",
+            kept.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// Moves the loop's branch of the user's repository at `project` to the loop's.

@@ -280,6 +280,7 @@ impl NodeSpec for HarnessNode {
             pass_env: agent.pass_env.clone(),
             hosts: agent.hosts.clone(),
             own_agent: agent.preset.is_none(),
+            work: !matches!(self.role.value.as_str(), "verify" | "orchestrate"),
             ..Default::default()
         };
         let usage = agent.usage;

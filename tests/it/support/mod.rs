@@ -563,6 +563,14 @@ pub fn wait_for_file(path: &Path) {
     wait_until(&format!("{} to appear", path.display()), || path.exists());
 }
 
+/// Waits for `path` to hold a whole line: a file is created before it is written, so a
+/// pid an agent writes with `echo $$ > f` is there only once its newline is.
+pub fn wait_for_line(path: &Path) {
+    wait_until(&format!("a line in {}", path.display()), || {
+        std::fs::read_to_string(path).is_ok_and(|t| t.ends_with('\n'))
+    });
+}
+
 /// Waits (up to [`PATIENCE`]) for `child` to exit; kills it and fails after that.
 pub fn wait_or_kill(child: &mut Child, what: &str) -> ExitStatus {
     let start = Instant::now();
