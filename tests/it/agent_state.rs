@@ -355,12 +355,19 @@ fn plants_nothing_the_users_cli_loads(preset: &'static str) {
     let all = agents::outputs(&p.loop_dir(&name));
     // The agent ran the script: refused in the user's directory, allowed in its own.
     let requests = r.server.requests();
-    let shell: Vec<String> = requests
+    // What the script printed, as the model heard it (its tool result).
+    let mut plants: Vec<String> = requests
         .iter()
-        .map(|q| q["body"].to_string())
-        .filter(|b| b.contains("PLANT "))
+        .flat_map(|q| {
+            let body = q["body"].to_string().replace("\\n", "\n");
+            body.lines()
+                .filter_map(|l| l.find("PLANT ").map(|i| l[i..].to_string()))
+                .collect::<Vec<_>>()
+        })
         .collect();
-    let said = shell.join("\n");
+    plants.sort();
+    plants.dedup();
+    let said = plants.join("\n");
     assert!(
         said.contains("PLANT refused"),
         "{preset}: {said}\n{out}\n{all}"
