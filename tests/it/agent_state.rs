@@ -22,12 +22,12 @@ use serde_json::Value;
 use crate::agents::{self, Agent, ModelServer};
 use crate::support::{Project, Run, commit_all, loopflow};
 
+/// How a test points a CLI at the fake server from a HOME.
+type Setup = fn(&Path, &Path, &str) -> Vec<(String, String)>;
+
 /// The four CLIs, as `agents.rs` points them at the fake server.
 fn agent(preset: &'static str) -> Agent {
-    let (model, setup): (
-        &'static str,
-        fn(&Path, &Path, &str) -> Vec<(String, String)>,
-    ) = match preset {
+    let (model, setup): (&'static str, Setup) = match preset {
         "claude-code" => ("sonnet", agents::claude),
         "codex" => ("gpt-5.5", agents::codex),
         "opencode" => ("fake/fake-model", agents::opencode),

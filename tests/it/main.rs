@@ -1,6 +1,7 @@
 //! The integration tests: one binary (linked once) whose modules drive the real
 //! `loopflow` executable through [`support`].
 
+mod agent_failures;
 mod agent_state;
 mod agents;
 mod book;
