@@ -79,6 +79,9 @@ pub struct Preset {
     pub env: Vec<String>,
     /// What it may reach under `network = "hosts"` (its model API).
     pub hosts: Vec<String>,
+    /// Where it sends its requests: `$VAR` (its base-URL variable, when set) or a URL,
+    /// first that applies (what `doctor` connects to).
+    pub endpoint: Vec<String>,
     /// Paths (`~/` is the home directory) it reads but never writes.
     pub sandbox_read: Vec<String>,
     /// Its CLI's state and config directories, the loop's own (`[state]`).
@@ -171,6 +174,7 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
             "set_env",
             "env",
             "hosts",
+            "endpoint",
             "sandbox_read",
             "state",
             "limit",
@@ -206,6 +210,7 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
     let sandbox_read = strings("sandbox_read", diags);
     let env = strings("env", diags);
     let hosts = strings("hosts", diags);
+    let endpoint = strings("endpoint", diags);
     let secrets = strings("secrets", diags);
     let install = root.str("install", diags).map(|s| s.value);
     let mut role_args = IndexMap::new();
@@ -236,6 +241,7 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
         set_env,
         env,
         hosts,
+        endpoint,
         sandbox_read,
         state,
         limit,

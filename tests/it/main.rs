@@ -16,6 +16,7 @@ mod daemon;
 mod daemon_wakes;
 mod dashboard;
 mod distribution;
+mod doctor;
 mod dogfood;
 mod drift;
 mod exec;
