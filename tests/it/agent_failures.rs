@@ -228,3 +228,43 @@ fn a_usage_limit_skips_every_loop_of_the_credential_and_counts_no_abort() {
         );
     }
 }
+
+#[test]
+fn the_daemon_sleeps_until_a_usage_limit_lifts() {
+    let home = Project::new();
+    let p = Project::new();
+    let bin = fake_claude(
+        &p,
+        r#"{"type":"result","is_error":true,"api_error_status":429,"result":"API Error: Request rejected (429) · rate limit"}"#,
+        1,
+    );
+    preset_loop(&p);
+    let path = path_with(&bin);
+    let mut c = p.lf_cmd(&["daemon", "--loop", "l", "--interval", "1"]);
+    c.env("PATH", &path)
+        .env("HOME", home.path())
+        .env("ANTHROPIC_API_KEY", "sk-one")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("daemon");
+    let skips = || {
+        p.events_after_create("l")
+            .into_iter()
+            .filter(|e| e.starts_with("SKIP"))
+            .count()
+    };
+    crate::support::wait_until("the first tick's skip", || skips() >= 1);
+    // Every second it would tick again; it sleeps until the limit lifts instead.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert_eq!(skips(), 1, "{:?}", p.events_after_create("l"));
+    // SAFETY: a signal to the daemon this test started.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let out = child.wait_with_output().expect("daemon output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("loopflow daemon: loop l waits for its agent's usage limit until 20"),
+        "{err}"
+    );
+}
