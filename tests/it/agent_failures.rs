@@ -246,7 +246,7 @@ fn the_daemon_sleeps_until_a_usage_limit_lifts() {
         .env("ANTHROPIC_API_KEY", "sk-one")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().expect("daemon");
+    let child = c.spawn().expect("daemon");
     let skips = || {
         p.events_after_create("l")
             .into_iter()
