@@ -285,7 +285,7 @@ pub fn evaluate_at(
 
     // A provider's usage or rate limit, recorded by any loop of the same preset and
     // credential (in any project): no agent is started before it lifts.
-    let presets = crate::preset::limit::presets_of(config);
+    let presets = limited_presets(config);
     if !presets.is_empty() {
         let standing = crate::preset::limit::standing_any(&presets);
         let detail = match &standing {
@@ -331,6 +331,20 @@ pub fn evaluate_at(
         task,
         work_unreadable: unreadable,
     }
+}
+
+/// The presets a loop's roles run that know how their CLI reports a limit, each once.
+pub fn limited_presets(config: &LoopConfig) -> Vec<std::sync::Arc<crate::preset::Preset>> {
+    let mut out: Vec<std::sync::Arc<crate::preset::Preset>> = Vec::new();
+    for role in config.roles.keys() {
+        if let Some(p) = config.agent(role).def
+            && p.limit.is_some()
+            && !out.iter().any(|q| q.name == p.name)
+        {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -615,7 +615,7 @@ fn limit_until(project: &Path, name: &str) -> Option<(Instant, String)> {
     let paths = LoopPaths::new(project, name);
     let mut d = crate::diag::Diagnostics::default();
     let cfg = crate::config::LoopConfig::read(&paths.config(), project, &mut d).ok()??;
-    let r = crate::preset::limit::standing_any(&crate::preset::limit::presets_of(&cfg))?;
+    let r = crate::preset::limit::standing_any(&crate::brakes::limited_presets(&cfg))?;
     let left = r.until_ts()?.as_second() - jiff::Timestamp::now().as_second();
     let left = Duration::from_secs(u64::try_from(left.max(0)).unwrap_or(0));
     Some((Instant::now() + left, r.until))

@@ -379,20 +379,6 @@ pub fn standing(preset: &super::Preset) -> Option<Record> {
     r.standing(jiff::Timestamp::now()).then_some(r)
 }
 
-/// The presets a loop's roles run that know how their CLI reports a limit, each once.
-pub fn presets_of(config: &crate::config::LoopConfig) -> Vec<std::sync::Arc<super::Preset>> {
-    let mut out: Vec<std::sync::Arc<super::Preset>> = Vec::new();
-    for role in config.roles.keys() {
-        if let Some(p) = config.agent(role).def
-            && p.limit.is_some()
-            && !out.iter().any(|q| q.name == p.name)
-        {
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// The standing limit that lifts last among `presets`, if any stands.
 pub fn standing_any(presets: &[std::sync::Arc<super::Preset>]) -> Option<Record> {
     presets
