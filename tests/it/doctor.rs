@@ -279,3 +279,94 @@ fn create_dry_run_and_a_doctor_hint_cost_no_network() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(r.stdout.lines().last(), Some(hint), "{r:?}");
 }
+
+/// Fake `crontab` and `systemctl` on PATH, keeping their state in files (the machine's
+/// scheduler is never touched).
+fn fake_schedulers(d: &Doc) {
+    let dir = d.bin.display().to_string();
+    d.p.script(
+        "bin/crontab",
+        &format!(
+            r#"f="{dir}/crontab.txt"
+case "$1" in
+  -l) [ -f "$f" ] || {{ echo "no crontab for tester" >&2; exit 1; }}; cat "$f" ;;
+  -) cat > "$f" ;;
+  *) exit 2 ;;
+esac"#
+        ),
+    );
+    d.p.script("bin/systemctl", "exit 0");
+}
+
+#[test]
+fn schedule_install_says_how_the_key_reaches_the_tick() {
+    let (_server, up) = listener();
+    let d = Doc::new(std::slice::from_ref(&up));
+    d.with_claude();
+    fake_schedulers(&d);
+    let xdg = Project::new();
+    let base = format!("http://{up}");
+    let env = [
+        ("ANTHROPIC_BASE_URL", base.as_str()),
+        ("ANTHROPIC_API_KEY", "sk-test"),
+        ("XDG_CONFIG_HOME", xdg.path().to_str().expect("utf-8")),
+    ];
+    // cron: the exported key would not reach the tick; install says so and how.
+    let r = d.run(
+        &["schedule", "install", "--loop", "l", "--platform", "cron"],
+        &env,
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.lines().any(|l| l == "key: a scheduled tick does not see your shell's ANTHROPIC_API_KEY: add a line `ANTHROPIC_API_KEY=…` above loopflow's entry with `crontab -e` (your crontab is readable only by you), or log in with `claude` once (its own login works in every schedule)"),
+        "{r:?}"
+    );
+    let (code, got) = d.checks(&env);
+    assert_eq!(code, 1, "{got:?}");
+    assert!(
+        got.last()
+            .is_some_and(|l| l.starts_with("schedule: FAIL cron schedule")),
+        "{got:?}"
+    );
+    // The key in the crontab: seen.
+    let tab = d.bin.join("crontab.txt");
+    let text = std::fs::read_to_string(&tab).expect("crontab");
+    std::fs::write(&tab, format!("ANTHROPIC_API_KEY=sk-test\n{text}")).expect("crontab");
+    let (code, got) = d.checks(&env);
+    assert_eq!(code, 0, "{got:?}");
+    assert_eq!(
+        got.last().map(String::as_str),
+        Some("schedule: ok cron schedule: ANTHROPIC_API_KEY comes from a line of your crontab")
+    );
+
+    // systemd: the service reads ~/.config/loopflow/env; with the CLI's login instead,
+    // install says the login is what the tick uses.
+    d.home.write(".claude/.credentials.json", "{}");
+    let r = d.run(
+        &[
+            "schedule",
+            "install",
+            "--loop",
+            "l",
+            "--platform",
+            "systemd",
+        ],
+        &env,
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.lines().any(|l| l
+            == "key: claude logs in from its own login file, which a scheduled tick reads as you"),
+        "{r:?}"
+    );
+    let service = std::fs::read_dir(xdg.join("systemd/user"))
+        .expect("units")
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".service"))
+        .map(|e| std::fs::read_to_string(e.path()).expect("service"))
+        .expect("a service");
+    assert!(
+        service.contains("\nEnvironmentFile=-%h/.config/loopflow/env\n"),
+        "{service}"
+    );
+}
