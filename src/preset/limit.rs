@@ -192,7 +192,8 @@ pub fn reset_in(message: &str, now: &jiff::Zoned) -> Option<jiff::Timestamp> {
                 .checked_add(jiff::SignedDuration::from_secs(secs))
                 .ok();
         }
-        if *w == "at"
+        // "try again at 3:51 PM"; Claude Code's plans: "resets 3pm".
+        if matches!(*w, "at" | "resets")
             && let Some(t) = clock(&words[i + 1..], now)
         {
             return Some(t);
@@ -267,6 +268,20 @@ fn duration_words(words: &[&str]) -> Option<i64> {
 /// `3:51 pm` / `15:51` as the next such local time after `now`.
 fn clock(words: &[&str], now: &jiff::Zoned) -> Option<jiff::Timestamp> {
     let first = words.first()?.trim_end_matches('.');
+    // `3pm` is `3:00pm`.
+    let padded;
+    let first = if first.contains(':') {
+        first
+    } else {
+        let digits = first
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(first.len());
+        if digits == 0 || !matches!(&first[digits..], "am" | "pm") {
+            return None;
+        }
+        padded = format!("{}:00{}", &first[..digits], &first[digits..]);
+        padded.as_str()
+    };
     let (h, m) = first.split_once(':')?;
     let mut hour: i8 = h.parse().ok()?;
     let (m, suffix) = m.split_at(m.find(|c: char| !c.is_ascii_digit()).unwrap_or(m.len()));
@@ -433,6 +448,11 @@ mod tests {
         // Codex with a ChatGPT plan: a clock time, the next one.
         assert_eq!(secs_after("or try again at 3:51 PM."), Some(3600 + 51 * 60));
         assert_eq!(secs_after("try again at 1:00 PM"), Some(23 * 3600));
+        assert_eq!(
+            secs_after("You've hit your session limit · resets 5pm (UTC)"),
+            Some(3 * 3600)
+        );
+        assert_eq!(secs_after("resets at 4am"), Some(14 * 3600));
         let epoch = now().timestamp().as_second() + 86400;
         assert_eq!(
             secs_after(&format!("Claude AI usage limit reached|{epoch}")),
