@@ -471,6 +471,10 @@ fn usage_limit_pauses_every_loop_of_the_credential(preset: &'static str, until_s
     );
     // Well before the node's timeout, or the CLI's own hour of waiting.
     assert!(took.as_secs() < 90, "{preset}: {took:?}");
+    println!(
+        "{preset}: the limited tick ended as a skip in {:.1} s",
+        took.as_secs_f64()
+    );
     let until: jiff::Timestamp = s["until"]
         .as_str()
         .expect("until")
