@@ -271,6 +271,41 @@ pub fn evaluate_at(
         );
     }
 
+    // A provider's usage or rate limit, recorded by any loop of the same preset and
+    // credential (in any project): no agent is started before it lifts.
+    let presets = limited_presets(config);
+    if !presets.is_empty() {
+        let standing = crate::preset::limit::standing_any(&presets);
+        let detail = match &standing {
+            None => format!(
+                "no usage limit standing for {}",
+                presets
+                    .iter()
+                    .map(|p| p.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some(r) => format!(
+                "{}: usage limit until {} (hit by {}: {})",
+                r.preset, r.until, r.hit_by, r.message
+            ),
+        };
+        decide(
+            GateVerdict::Skip(SkipReason::UsageLimit {
+                until: standing
+                    .as_ref()
+                    .map(|r| r.until.clone())
+                    .unwrap_or_default(),
+            }),
+            &mut checks,
+            Check {
+                name: "usage_limit",
+                ok: standing.is_none(),
+                detail,
+            },
+        );
+    }
+
     let (ok, reason) = match &verdict {
         GateVerdict::Pass => (true, None),
         GateVerdict::Skip(r) => (false, Some(r.to_string())),
@@ -284,6 +319,20 @@ pub fn evaluate_at(
         task,
         work_unreadable: unreadable,
     }
+}
+
+/// The presets a loop's roles run that know how their CLI reports a limit, each once.
+pub fn limited_presets(config: &LoopConfig) -> Vec<std::sync::Arc<crate::preset::Preset>> {
+    let mut out: Vec<std::sync::Arc<crate::preset::Preset>> = Vec::new();
+    for role in config.roles.keys() {
+        if let Some(p) = config.agent(role).def
+            && p.limit.is_some()
+            && !out.iter().any(|q| q.name == p.name)
+        {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -67,9 +67,14 @@ pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
             let files: Vec<String> = agent.sandbox_read.iter().map(|p| tilde(p)).collect();
             out.push_str(&format!("    may also read: {}\n", files.join(", ")));
         }
-        if !agent.sandbox_write.is_empty() {
-            let dirs: Vec<String> = agent.sandbox_write.iter().map(|p| tilde(p)).collect();
-            out.push_str(&format!("    may also write: {}\n", dirs.join(", ")));
+        if let Some(def) = agent.def.as_ref().filter(|d| !d.state.dirs.is_empty()) {
+            let vars: Vec<&str> = def.state.dirs.iter().map(|(k, _)| k.as_str()).collect();
+            out.push_str(&format!(
+                "    own state: {} (the loop's own, under {}; seeded from yours, never written back)\n",
+                vars.join(", "),
+                crate::preset::home::state_base()
+                    .map_or_else(|| "$XDG_STATE_HOME/loopflow".into(), |b| tilde(&b.join("agents")))
+            ));
         }
         let u = &agent.usage;
         if !u.is_empty() {

@@ -163,8 +163,10 @@ pub fn count_abort(
     max: u32,
     node: &str,
     reason: &Failure,
+    note: Option<crate::state::AbortNote>,
 ) -> Result<Option<HaltReason>, StateError> {
     let (state, _) = paths.update(|s| {
+        s.last_abort = note;
         // Never below the count at tick start: an agent that rewrote the state file to
         // zero it must not dodge `harness_failing`.
         s.consecutive_aborts = s
@@ -307,6 +309,7 @@ fn apply(s: &mut State, delta: &Delta, task: Option<&str>, window: usize) {
     s.iteration_count = s.iteration_count.saturating_add(1);
     s.last_tick_at = Some(now());
     s.consecutive_aborts = 0;
+    s.last_abort = None;
     s.spent.seconds += delta.seconds;
     // Clamped: an infinite sum would be saved as JSON `null` and brick the state file.
     // Saturating: counts come from agents, and a wrapped sum would reset the brakes.

@@ -220,6 +220,21 @@ pub enum SkipReason {
     /// No such loop directory.
     UnknownLoop,
     DryRun,
+    /// The agent's provider refused it for a usage or rate limit: no iteration used, and
+    /// every loop with the same preset and credential skips until then (RFC 3339 UTC).
+    UsageLimit {
+        until: String,
+    },
+}
+
+impl SkipReason {
+    /// What the `SKIP` line says beside the reason (`until=…` for a usage limit).
+    pub fn extra(&self) -> Option<(&'static str, &str)> {
+        match self {
+            SkipReason::UsageLimit { until } => Some(("until", until)),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for SkipReason {
@@ -235,6 +250,7 @@ impl fmt::Display for SkipReason {
             SkipReason::Untracked => f.write_str("untracked"),
             SkipReason::UnknownLoop => f.write_str("unknown_loop"),
             SkipReason::DryRun => f.write_str("dry_run"),
+            SkipReason::UsageLimit { .. } => f.write_str("usage_limit"),
         }
     }
 }

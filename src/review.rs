@@ -84,6 +84,9 @@ pub struct Review {
     pub verdicts: Vec<TickVerdict>,
     pub last_verdict: Option<crate::verdict::Verdict>,
     pub halt: Option<crate::state::Halt>,
+    /// The last aborted tick, in the agent's own words (until a tick commits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_abort: Option<crate::state::AbortNote>,
     pub spent: crate::state::Spent,
     pub iteration_count: u64,
     pub last_approval: Option<crate::state::Approval>,
@@ -236,6 +239,7 @@ pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Result<Review, S
         verdicts: verdicts(paths, state, last_approval.is_some(), 5),
         last_verdict: state.last_verdict.clone(),
         halt: state.halt.clone(),
+        last_abort: state.last_abort.clone(),
         spent: state.spent.clone(),
         iteration_count: state.iteration_count,
         last_approval,
@@ -433,6 +437,31 @@ pub fn render(r: &Review) -> String {
         None => format!("not halted, iteration {}", r.iteration_count),
     };
     let _ = writeln!(o, "loop {}: {state}", r.name);
+    if let Some(a) = &r.last_abort {
+        let _ = writeln!(
+            o,
+            "last abort {} ({} {}){}",
+            printable(&a.at),
+            printable(&a.node),
+            printable(&a.reason),
+            a.message
+                .as_ref()
+                .map(|m| format!(": {}", printable(&m.replace('\n', " | "))))
+                .unwrap_or_default()
+        );
+        if !a.outputs.is_empty() {
+            let files: Vec<String> = a
+                .outputs
+                .iter()
+                .map(|f| printable(f).into_owned())
+                .collect();
+            let _ = writeln!(
+                o,
+                "         its output (in the loop's directory): {}",
+                files.join(", ")
+            );
+        }
+    }
     match (&r.branch, &r.checkout_branch) {
         (Some(b), into) => {
             let _ = writeln!(

@@ -135,6 +135,9 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
                 }
                 _ => {}
             }
+            if let Some(h) = super::doctor::hint(project, &a.loop_name) {
+                outln!("{}", out::printable(&h));
+            }
             super::projects::offer(project);
             exit::OK
         }

@@ -480,6 +480,15 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
                 let Some(name) = schedule.pop_due(now) else {
                     break;
                 };
+                // A provider's usage limit (this loop's, or another's with the same
+                // preset and credential): no tick until it lifts, and no wake before.
+                if let Some((at, until)) = limit_until(project, &name) {
+                    eprintln!(
+                        "loopflow daemon: loop {name} waits for its agent's usage limit until {until}"
+                    );
+                    schedule.set(&name, at.max(next_slot(interval_of(&name), now)));
+                    continue;
+                }
                 if stats_on && stats.startup_cpu.is_none() {
                     stats.startup_cpu = Some(own_cpu());
                 }
@@ -583,13 +592,33 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
                     }
                     attempts += 1;
                     if current.contains(&r.name) {
-                        let at = next_slot(interval_of(&r.name), Instant::now());
+                        let now = Instant::now();
+                        let mut at = next_slot(interval_of(&r.name), now);
+                        if let Some((lifts, until)) = limit_until(project, &r.name) {
+                            eprintln!(
+                                "loopflow daemon: loop {} waits for its agent's usage limit until {until}",
+                                r.name
+                            );
+                            at = at.max(lifts);
+                        }
                         schedule.set(&r.name, at);
                     }
                 }
             }
         }
     }
+}
+
+/// When a usage limit standing for one of the loop's agents lifts (as an instant of this
+/// process's clock, and as recorded), if one stands.
+fn limit_until(project: &Path, name: &str) -> Option<(Instant, String)> {
+    let paths = LoopPaths::new(project, name);
+    let mut d = crate::diag::Diagnostics::default();
+    let cfg = crate::config::LoopConfig::read(&paths.config(), project, &mut d).ok()??;
+    let r = crate::preset::limit::standing_any(&crate::brakes::limited_presets(&cfg))?;
+    let left = r.until_ts()?.as_second() - jiff::Timestamp::now().as_second();
+    let left = Duration::from_secs(u64::try_from(left.max(0)).unwrap_or(0));
+    Some((Instant::now() + left, r.until))
 }
 
 /// The signal that ended a tick, when one did.

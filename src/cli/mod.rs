@@ -17,6 +17,7 @@ mod daemon;
 mod dashboard;
 mod demo;
 mod docs;
+pub(crate) mod doctor;
 mod drift;
 mod fast;
 mod init;
@@ -215,6 +216,18 @@ Examples:
     Man(docs::ManArgs),
     /// Serve a live, read-only page of every loop on 127.0.0.1.
     Dashboard(dashboard::DashboardArgs),
+    /// Check what a loop's ticks need, spending nothing: agents, keys, model host, sandbox, git, schedule.
+    #[command(after_help = "\
+Examples:
+  loopflow doctor                                 every loop of the project
+  loopflow doctor --loop fix-parser
+  loopflow doctor --loop fix-parser --json | jq '.checks[] | select(.ok | not)'
+
+It connects to each agent's model host through the tick's proxy (a TCP connection, no API
+call) and reads the installed schedule: cron, systemd and launchd never carry your shell's
+exported keys. Exit codes: 0 nothing missing, 1 something is (each named with its fix),
+2 usage error.")]
+    Doctor(doctor::DoctorArgs),
     /// Show what a loop did since the last approval: commits, files, verdicts, spend.
     Review(review::ReviewArgs),
     /// Merge a loop's branch into the checkout's current branch.
@@ -396,6 +409,7 @@ fn execute(cli: Cli) -> i32 {
         Command::Man(a) => docs::man(a),
         Command::Dashboard(a) => dashboard::dashboard(&project, a),
         Command::Review(a) => review::review(&project, a),
+        Command::Doctor(a) => doctor::doctor(&project, a),
         Command::Land(a) => review::land(&project, a),
         Command::Discard(a) => review::discard(&project, a),
         Command::Projects(a) => projects::projects(&project, a),

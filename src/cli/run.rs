@@ -125,6 +125,18 @@ pub fn run(project: &Path, a: RunArgs) -> i32 {
                 );
             }
             print_summary(&s, a.json);
+            // A dry run spends nothing: it says, cheaply, what a real tick would miss.
+            if a.dry_run
+                && s.dry_run.is_some()
+                && let Some(h) = super::doctor::hint(project, &a.loop_name)
+            {
+                let h = crate::out::printable(&h);
+                if a.json {
+                    eprintln!("{h}");
+                } else {
+                    outln!("{h}");
+                }
+            }
             if s.interrupted {
                 exit::INTERRUPTED
             } else {

@@ -344,6 +344,15 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
                         t.loop_name,
                         t.loop_name
                     );
+                    // cron, systemd and launchd never carry the shell's exported keys.
+                    if let Ok(cfg) = crate::load::config(&paths, project) {
+                        for l in super::doctor::key_lines(r.platform, &cfg) {
+                            outln!("{}", crate::out::printable(&l));
+                        }
+                    }
+                    if let Some(h) = super::doctor::hint(project, &t.loop_name) {
+                        outln!("{}", crate::out::printable(&h));
+                    }
                     exit::OK
                 }
                 Err(e) => {

@@ -104,15 +104,28 @@ fn row(
         c.roles.get(role)?.model.as_deref()
     }
     let models = cfg.and_then(|c| Some((model(c, "implement")?, model(c, "verify")?)));
-    // An aborting loop (ticks failing in a row, not yet halted) is not `ok`.
-    let last_abort = (s.consecutive_aborts > 0)
-        .then(|| crate::state::log::last_event(&paths.log, Event::Abort))
-        .flatten()
-        .map(|mut e| LastAbort {
-            at: e.at,
-            node: e.args.shift_remove("node"),
-            reason: e.args.shift_remove("reason"),
-        });
+    // An aborting loop (ticks failing in a row, not yet halted) is not `ok`. The state
+    // keeps the agent's own words until a tick commits; a state written before it did
+    // falls back on the log's ABORT line.
+    let last_abort = match &s.last_abort {
+        Some(a) => Some(LastAbort {
+            at: a.at.clone(),
+            node: Some(a.node.clone()),
+            reason: Some(a.reason.clone()),
+            message: a.message.clone(),
+            outputs: a.outputs.clone(),
+        }),
+        None => (s.consecutive_aborts > 0)
+            .then(|| crate::state::log::last_event(&paths.log, Event::Abort))
+            .flatten()
+            .map(|mut e| LastAbort {
+                at: e.at,
+                node: e.args.shift_remove("node"),
+                reason: e.args.shift_remove("reason"),
+                message: None,
+                outputs: Vec::new(),
+            }),
+    };
     Row {
         // The loop is its directory (`--loop NAME` finds it there): a state file copied
         // with its directory still carries the first loop's name.
@@ -241,6 +254,25 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
         }
         for n in &r.notes {
             outln!("note: {name}: {}", printable(n));
+        }
+        if let Some(a) = &r.last_abort
+            && let Some(m) = &a.message
+        {
+            outln!(
+                "note: {name}: last abort ({} {}, {}): {}{}",
+                printable(a.node.as_deref().unwrap_or("?")),
+                printable(a.reason.as_deref().unwrap_or("?")),
+                printable(&a.at),
+                printable(&cap(&m.replace('\n', " | "), 300)),
+                match a.outputs.first() {
+                    Some(f) => format!(
+                        " (see .loopflow/loops/{}/{})",
+                        printable(r.loop_name.as_deref().unwrap_or(&r.name)),
+                        printable(f)
+                    ),
+                    None => String::new(),
+                }
+            );
         }
     }
     not_started();

@@ -39,9 +39,10 @@ pub struct Agent {
     pub hosts: Vec<String>,
     /// Readable (the preset's `sandbox_read`, `~/` expanded).
     pub sandbox_read: Vec<std::path::PathBuf>,
-    /// The agent's state directories (`~/` expanded), writable in the sandbox.
-    pub sandbox_write: Vec<std::path::PathBuf>,
     pub usage: UsageRule,
+    /// The preset itself (its `[state]`, `[limit]` and key variables), when one runs the
+    /// role.
+    pub def: Option<std::sync::Arc<Preset>>,
 }
 
 impl AgentKeys {
@@ -141,15 +142,8 @@ pub(super) fn resolve(
                     .collect()
             })
             .unwrap_or_default(),
-        sandbox_write: preset
-            .map(|p| {
-                p.sandbox_write
-                    .iter()
-                    .flat_map(|s| super::sandbox::expand_state_dir(s))
-                    .collect()
-            })
-            .unwrap_or_default(),
         usage,
+        def: runner_arc(&layers).cloned(),
     }
 }
 
@@ -216,13 +210,17 @@ fn pick<'a>(
 /// The preset that supplies the command also supplies how it is run; a command of the
 /// loop's own takes nothing from any preset.
 fn runner<'a>(layers: &[&'a AgentKeys]) -> Option<&'a Preset> {
+    runner_arc(layers).map(|p| &**p)
+}
+
+fn runner_arc<'a>(layers: &[&'a AgentKeys]) -> Option<&'a std::sync::Arc<Preset>> {
     layers
         .iter()
         .find_map(|k| {
             if k.command.is_some() {
                 Some(None)
             } else {
-                k.preset.as_deref().map(Some)
+                k.preset.as_ref().map(Some)
             }
         })
         .flatten()

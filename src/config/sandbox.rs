@@ -68,53 +68,6 @@ pub struct SandboxConfig {
     pub hosts: Vec<String>,
 }
 
-/// A preset's state directory (`sandbox_write`) where its agent will write: `~/x` under
-/// the home directory, and — for one under `~/.config`, `~/.local/share`,
-/// `~/.local/state` or `~/.cache` — also under `XDG_CONFIG_HOME`, `XDG_DATA_HOME`,
-/// `XDG_STATE_HOME` or `XDG_CACHE_HOME` when that is set to an absolute path: an agent
-/// that follows the XDG base directories (OpenCode does) writes there instead. Both stay
-/// allowed, since not every agent that uses `~/.config` reads the variable.
-pub fn expand_state_dir(p: &str) -> Vec<PathBuf> {
-    expand_state_dir_with(p, |k| std::env::var_os(k))
-}
-
-/// The XDG base directories and the default each one replaces.
-const XDG_DIRS: &[(&str, &str)] = &[
-    ("~/.config", "XDG_CONFIG_HOME"),
-    ("~/.local/share", "XDG_DATA_HOME"),
-    ("~/.local/state", "XDG_STATE_HOME"),
-    ("~/.cache", "XDG_CACHE_HOME"),
-];
-
-fn expand_state_dir_with(
-    p: &str,
-    var: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> Vec<PathBuf> {
-    let mut out = vec![expand_home(p)];
-    for (default, key) in XDG_DIRS {
-        let Some(rest) = p.strip_prefix(default) else {
-            continue;
-        };
-        if !(rest.is_empty() || rest.starts_with('/')) {
-            continue; // `~/.configs` is not under `~/.config`
-        }
-        // The spec ignores a relative value; so do the agents.
-        let Some(base) = var(key).map(PathBuf::from).filter(|b| b.is_absolute()) else {
-            continue;
-        };
-        let rest = rest.trim_start_matches('/');
-        let alt = if rest.is_empty() {
-            base
-        } else {
-            base.join(rest)
-        };
-        if !out.contains(&alt) {
-            out.push(alt);
-        }
-    }
-    out
-}
-
 /// `~/x` under the home directory; anything else as written.
 pub fn expand_home(p: &str) -> PathBuf {
     match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
@@ -266,38 +219,4 @@ fn paths(t: &Table<'_, '_>, key: &str, diags: &mut Diagnostics) -> Vec<(PathBuf,
                 .collect()
         })
         .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `~/.local/share/x` follows XDG_DATA_HOME (and keeps its default); other paths, a
-    /// relative value and a look-alike prefix do not.
-    #[test]
-    fn state_dirs_follow_the_xdg_base_directories() {
-        let var = |k: &str| match k {
-            "XDG_DATA_HOME" => Some("/xdg/data".into()),
-            "XDG_CACHE_HOME" => Some("relative/cache".into()),
-            "XDG_CONFIG_HOME" => Some("/xdg/config".into()),
-            _ => None,
-        };
-        let got = |p: &str| expand_state_dir_with(p, var);
-        assert_eq!(
-            got("~/.local/share/opencode"),
-            [
-                expand_home("~/.local/share/opencode"),
-                PathBuf::from("/xdg/data/opencode")
-            ]
-        );
-        assert_eq!(
-            got("~/.config"),
-            [expand_home("~/.config"), PathBuf::from("/xdg/config")]
-        );
-        // A relative XDG_CACHE_HOME is ignored; XDG_STATE_HOME is unset.
-        assert_eq!(got("~/.cache/x"), [expand_home("~/.cache/x")]);
-        assert_eq!(got("~/.local/state/x"), [expand_home("~/.local/state/x")]);
-        assert_eq!(got("~/.configs/x"), [expand_home("~/.configs/x")]);
-        assert_eq!(got("~/.claude"), [expand_home("~/.claude")]);
-    }
 }

@@ -65,12 +65,17 @@ pub struct Limits {
     pub seconds: Option<f64>,
 }
 
-/// The last `ABORT` line of an aborting loop.
+/// The last aborted tick of a loop that has not ticked since: its `ABORT` line, and the
+/// agent's own words with its output files (relative to the loop's directory).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LastAbort {
     pub at: String,
     pub node: Option<String>,
     pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
 }
 
 /// How much of a log the first scan reads: its newest 64 MiB. Older halts are not counted

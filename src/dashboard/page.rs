@@ -317,6 +317,19 @@ pub fn article(v: &LoopView) -> String {
             escape(d)
         );
     }
+    if let Some(a) = state.and_then(|s| s.last_abort.as_ref()) {
+        let _ = write!(
+            o,
+            "<p class=\"problem\">last abort, {}: {} {}{}</p>",
+            escape(&short_time(&a.at)),
+            escape(&a.node),
+            escape(&a.reason),
+            a.message
+                .as_ref()
+                .map(|m| format!(": {}", escape(m)))
+                .unwrap_or_default()
+        );
+    }
     if let Some(lv) = state.and_then(|s| s.last_verdict.as_ref()) {
         let pf = if lv.pass { "pass" } else { "fail" };
         let reasons = if lv.reasons.is_empty() {

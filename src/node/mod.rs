@@ -122,6 +122,9 @@ pub struct NodeOutput {
     pub tokens: Option<u64>,
     /// The agent's answer extracted from its JSON output; verdict parsing reads it.
     pub answer: Option<String>,
+    /// Why it failed in its own words (the error its output reports, else the tail of
+    /// its stderr), for the human: `run`, `status`, `review`.
+    pub why: Option<String>,
 }
 
 /// How a node ended.

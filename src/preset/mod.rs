@@ -6,10 +6,14 @@
 //! and refusals. Each preset is a data file under `presets/`, embedded in the binary and
 //! checked against the real CLI in `tests/it/agents.rs`.
 
+pub mod home;
+pub mod limit;
 mod usage;
 
 use indexmap::IndexMap;
 
+pub use home::StateSpec;
+pub use limit::LimitRule;
 pub use usage::{OutputFormat, UsageRule, extract};
 
 use crate::diag::{Diagnostics, Source, SourceRef};
@@ -75,11 +79,15 @@ pub struct Preset {
     pub env: Vec<String>,
     /// What it may reach under `network = "hosts"` (its model API).
     pub hosts: Vec<String>,
+    /// Where it sends its requests: `$VAR` (its base-URL variable, when set) or a URL,
+    /// first that applies (what `doctor` connects to).
+    pub endpoint: Vec<String>,
     /// Paths (`~/` is the home directory) it reads but never writes.
     pub sandbox_read: Vec<String>,
-    /// Directories the agent keeps its state in (`~/` is the home directory): writable
-    /// in the sandbox, created if missing.
-    pub sandbox_write: Vec<String>,
+    /// Its CLI's state and config directories, the loop's own (`[state]`).
+    pub state: StateSpec,
+    /// How its CLI reports a provider's usage or rate limit (`[limit]`).
+    pub limit: Option<LimitRule>,
     /// How to install the agent (`npm:@anthropic-ai/claude-code@2.1.197`, `pip:…`).
     pub install: Option<String>,
     /// Environment variables holding the agent's credentials (for CI secrets).
@@ -166,8 +174,10 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
             "set_env",
             "env",
             "hosts",
+            "endpoint",
             "sandbox_read",
-            "sandbox_write",
+            "state",
+            "limit",
             "install",
             "secrets",
             "roles",
@@ -197,10 +207,10 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
             .map(|(v, _)| v.into_iter().map(|s| s.value).collect())
             .unwrap_or_default()
     };
-    let sandbox_write = strings("sandbox_write", diags);
     let sandbox_read = strings("sandbox_read", diags);
     let env = strings("env", diags);
     let hosts = strings("hosts", diags);
+    let endpoint = strings("endpoint", diags);
     let secrets = strings("secrets", diags);
     let install = root.str("install", diags).map(|s| s.value);
     let mut role_args = IndexMap::new();
@@ -214,6 +224,13 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
         .table("usage", diags)
         .map(|t| UsageRule::read(&t, diags))
         .unwrap_or_default();
+    let state = root
+        .table("state", diags)
+        .map(|t| StateSpec::read(&t, diags))
+        .unwrap_or_default();
+    let limit = root
+        .table("limit", diags)
+        .and_then(|t| LimitRule::read(&t, diags));
     Some(Preset {
         name,
         source: source.clone(),
@@ -224,8 +241,10 @@ fn parse(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
         set_env,
         env,
         hosts,
+        endpoint,
         sandbox_read,
-        sandbox_write,
+        state,
+        limit,
         install,
         secrets,
         usage,
@@ -264,6 +283,97 @@ mod tests {
             }
             crate::sandbox::proxy::Allow::parse(&p.hosts).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
+    }
+
+    /// What an agent writes is the loop's own: no preset names a directory of the user's
+    /// for it, every preset that keeps state moves it, and every seed reads the user's
+    /// files only.
+    #[test]
+    fn agent_state_is_the_loops_own() {
+        for name in names() {
+            let p = load(name, &mut Diagnostics::default()).expect("preset");
+            if name == "aider" {
+                assert!(
+                    p.state.is_empty(),
+                    "aider has no variable that moves its state"
+                );
+                continue;
+            }
+            assert!(
+                !p.state.dirs.is_empty(),
+                "{name} keeps its state in the user's dirs"
+            );
+            for s in &p.state.seeds {
+                assert!(
+                    s.text.is_some()
+                        || s.to.ends_with('/')
+                        || (!s.from.is_empty()
+                            && s.from
+                                .iter()
+                                .all(|f| f.starts_with('$') || f.starts_with("~/"))),
+                    "{name}: seed {}",
+                    s.to
+                );
+                let under = p
+                    .state
+                    .dirs
+                    .iter()
+                    .any(|(_, d)| s.to.starts_with(&format!("{d}/")));
+                assert!(under, "{name}: seed {} is outside its state dirs", s.to);
+            }
+            // The variables that move its state are set by loopflow, never passed.
+            for (var, _) in &p.state.dirs {
+                assert!(!p.env.contains(var), "{name} passes {var} from the user");
+            }
+        }
+        for name in ["claude-code", "codex", "opencode", "gemini"] {
+            let p = load(name, &mut Diagnostics::default()).expect("preset");
+            assert!(
+                p.limit.is_some(),
+                "{name} does not know its CLI's usage limit"
+            );
+        }
+    }
+
+    #[test]
+    fn each_cli_reports_a_limit_its_own_way() {
+        let rule = |n: &str| {
+            load(n, &mut Diagnostics::default())
+                .and_then(|p| p.limit)
+                .expect(n)
+        };
+        let claude = r#"{"type":"result","subtype":"success","is_error":true,"api_error_status":429,"result":"API Error: Request rejected (429) · rate limit"}"#;
+        assert_eq!(
+            rule("claude-code").detect(claude).as_deref(),
+            Some("API Error: Request rejected (429) · rate limit")
+        );
+        assert_eq!(
+            rule("claude-code").detect(&claude.replace("429", "500")),
+            None
+        );
+        let codex = concat!(
+            r#"{"type":"turn.started"}"#,
+            "\n",
+            r#"{"type":"error","message":"Reconnecting... 1/5 (exceeded retry limit, last status: 429 Too Many Requests)"}"#,
+            "\n"
+        );
+        assert!(rule("codex").detect(codex).is_some());
+        let codex5xx = codex.replace("429 Too Many Requests", "500 Internal Server Error");
+        assert_eq!(rule("codex").detect(&codex5xx), None);
+        let gemini = concat!(
+            "YOLO mode\nError: x\n  at y {\n}\n",
+            r#"{"error": {"type": "Error", "message": "Suggested retry after 3600s.", "code": 429}}"#
+        );
+        assert_eq!(
+            rule("gemini").detect(gemini).as_deref(),
+            Some("Suggested retry after 3600s.")
+        );
+        let oc = r#"timestamp=x level=ERROR message="stream error" providerID=fake error.error="AI_APICallError: Rate limit reached. Please try again in 3600s."
+"#;
+        assert_eq!(
+            rule("opencode").detect(oc).as_deref(),
+            Some("AI_APICallError: Rate limit reached. Please try again in 3600s.")
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub enum OutputFormat {
 pub struct Filter(pub Vec<(String, Value)>);
 
 impl Filter {
-    fn admits(&self, doc: &Value) -> bool {
+    pub(super) fn admits(&self, doc: &Value) -> bool {
         self.0.iter().all(|(p, want)| doc.pointer(p) == Some(want))
     }
 }

@@ -21,6 +21,7 @@ mod agents;
 mod cron;
 mod github;
 mod install;
+mod keys;
 mod kubernetes;
 mod launchd;
 mod orphans;
@@ -28,7 +29,8 @@ mod schtasks;
 mod systemd;
 
 pub use agents::AgentUse;
-pub use install::{disable_best_effort, enable_best_effort, install, uninstall};
+pub use install::{disable_best_effort, enable_best_effort, install, read_record, uninstall};
+pub use keys::{carried_env, env_source, how_keys_reach, key_fix};
 pub use orphans::{describe as describe_orphan, orphans, remove as remove_orphan};
 
 /// Why a schedule could not be installed, removed or toggled.

@@ -29,7 +29,10 @@ pub fn systemd(t: &Target) -> Vec<File> {
          # oneshot: a tick still running is never started twice.\n\
          Type=oneshot\n\
          WorkingDirectory={wd}\n\
-         {env}ExecStart={exec}\n\
+         {env}\
+         # An agent's key, when it has no login of its own: KEY=value lines, chmod 600.\n\
+         EnvironmentFile=-%h/.config/loopflow/env\n\
+         ExecStart={exec}\n\
          Nice=10\n",
         env = t
             .path_env

@@ -50,6 +50,26 @@ pub struct State {
     /// Where `current_task` came from (`--task`, `backlog:FILE`, `audit`).
     #[serde(default)]
     pub task_source: Option<String>,
+    /// The last aborted tick's failure, in the agent's own words; cleared by a committed
+    /// tick.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_abort: Option<AbortNote>,
+}
+
+/// Why a tick aborted, for the human (`status`, `review`, the dashboard).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AbortNote {
+    /// RFC 3339 UTC.
+    pub at: String,
+    pub node: String,
+    /// As the `ABORT` line says it (`exit:1`, `timeout`, `agent_error:…`).
+    pub reason: String,
+    /// The agent's own words: the error its output reported, else the tail of its stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The node's output files, relative to the loop's directory (`outputs/3-implement.stderr`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -102,6 +122,7 @@ impl State {
             consecutive_aborts: 0,
             extra_iterations: 0,
             created_at: Some(now()),
+            last_abort: None,
         }
     }
 }

@@ -45,6 +45,7 @@ pub fn forged_fields(start: &State, disk: &State) -> Vec<&'static str> {
     check(disk.task_source != start.task_source, "task_source");
     check(disk.worktree_path != start.worktree_path, "worktree_path");
     check(disk.created_at != start.created_at, "created_at");
+    check(disk.last_abort != start.last_abort, "last_abort");
     check(start.halt.is_some() && disk.halt != start.halt, "halt");
     f
 }

@@ -76,6 +76,23 @@ pub struct Summary {
     /// What a dry run would do (`run --dry-run`); only in a dry run's summary.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dry_run: Option<DryRun>,
+    /// When a usage limit lifts (RFC 3339 UTC); only in a `usage_limit` skip's summary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// The node whose failure ended the tick (an abort, or a halt on its failure), with
+    /// its own words and where its output is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureNote>,
+}
+
+/// What failed, said where the human looks (`run`, `--json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct FailureNote {
+    pub node: String,
+    /// The agent's own words (its reported error, else the tail of its stderr).
+    pub message: Option<String>,
+    /// The node's output files.
+    pub outputs: Vec<PathBuf>,
 }
 
 /// `run --dry-run`: the gate and each node's account of itself (`"dry_run"` in `--json`).
@@ -102,6 +119,8 @@ impl Summary {
             interrupted: false,
             spent: (0.0, 0),
             dry_run: None,
+            until: None,
+            failure: None,
         }
     }
 
@@ -114,12 +133,28 @@ impl Summary {
             Outcome::Abort => "aborted",
         };
         let mut s = format!("loop {} {what}", self.loop_name);
-        if let Some(r) = &self.reason {
-            s.push_str(&format!(" ({r})"));
+        match (&self.reason, &self.until) {
+            (Some(r), Some(u)) => s.push_str(&format!(" ({r} until {u})")),
+            (Some(r), None) => s.push_str(&format!(" ({r})")),
+            _ => {}
         }
         s.push_str(&format!(", iteration {}", self.iteration));
         if let (Some(p), Some(sc)) = (self.pass, self.score) {
             s.push_str(&format!(", pass={p} score={sc}"));
+        }
+        if let Some(f) = &self.failure {
+            if let Some(m) = &f.message {
+                s.push_str(&format!(
+                    "\n  {} said: {}",
+                    f.node,
+                    m.replace('\n', "\n    ")
+                ));
+            }
+            if !f.outputs.is_empty() {
+                let files: Vec<String> =
+                    f.outputs.iter().map(|p| p.display().to_string()).collect();
+                s.push_str(&format!("\n  its output: {}", files.join(", ")));
+            }
         }
         s
     }
@@ -734,7 +769,11 @@ impl Drop for Active {
     }
 }
 
-/// Logs `SKIP reason=…`.
+/// Logs `SKIP reason=…` (and `until=…` for a usage limit).
 fn skip(paths: &LoopPaths, reason: &SkipReason) -> Result<(), StateError> {
-    paths.log(Event::Skip, &[LogArg::Kv("reason", reason.to_string())])
+    let mut args = vec![LogArg::Kv("reason", reason.to_string())];
+    if let Some((k, v)) = reason.extra() {
+        args.push(LogArg::Kv(k, v.to_string()));
+    }
+    paths.log(Event::Skip, &args)
 }

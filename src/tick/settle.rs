@@ -58,7 +58,36 @@ impl Tick<'_> {
             interrupted: false,
             spent: (spend.usd, spend.tokens),
             dry_run: None,
+            until: None,
+            failure: self.failure_note(w),
         }
+    }
+
+    /// The failed node that ended the tick — the aborting one, else (a halt on a
+    /// failure) the first that failed — with its own words and output files.
+    fn failure_note(&self, w: &Walked) -> Option<super::FailureNote> {
+        let p = self.pipeline();
+        let i = match &w.end {
+            End::Abort { node, .. } => p.nodes.iter().position(|n| &n.id.value == node)?,
+            End::Halt(..) => w
+                .status
+                .iter()
+                .position(|s| *s == crate::reason::NodeStatus::Failed)?,
+            _ => return None,
+        };
+        let out = w.outputs[i].as_ref();
+        let outputs: Vec<std::path::PathBuf> = out
+            .into_iter()
+            .flat_map(|o| [o.stdout_path.clone(), o.stderr_path.clone()])
+            .flatten()
+            .filter(|p| p.exists())
+            .collect();
+        let message = out.and_then(|o| o.why.clone());
+        (message.is_some() || !outputs.is_empty()).then(|| super::FailureNote {
+            node: p.nodes[i].id.value.clone(),
+            message,
+            outputs,
+        })
     }
 
     /// A commit already happened: the tick counts, whatever came after it.
@@ -127,6 +156,9 @@ impl Tick<'_> {
                 summary.reason = Some(reason.to_string());
             }
             End::Skip(reason) => {
+                if let SkipReason::UsageLimit { until } = &reason {
+                    summary.until = Some(until.clone());
+                }
                 if reason == SkipReason::WorktreeMissing {
                     paths.log(
                         Event::Warn,
@@ -172,9 +204,27 @@ impl Tick<'_> {
                 // must leave `.state.loop` exactly as it was (R6), so it is not counted.
                 if !summary.interrupted {
                     let max = self.loaded.config.brakes.max_consecutive_aborts;
-                    if let Some(h) =
-                        crate::lifecycle::count_abort(paths, self.state, max, &node, &reason)?
-                    {
+                    let note = crate::state::AbortNote {
+                        at: crate::state::now(),
+                        node: node.clone(),
+                        reason: reason.to_string(),
+                        message: summary.failure.as_ref().and_then(|f| f.message.clone()),
+                        outputs: summary
+                            .failure
+                            .iter()
+                            .flat_map(|f| &f.outputs)
+                            .filter_map(|p| p.strip_prefix(&paths.dir).ok())
+                            .map(|p| p.display().to_string())
+                            .collect(),
+                    };
+                    if let Some(h) = crate::lifecycle::count_abort(
+                        paths,
+                        self.state,
+                        max,
+                        &node,
+                        &reason,
+                        Some(note),
+                    )? {
                         summary.outcome = Outcome::Halt;
                         summary.reason = Some(h.to_string());
                     }

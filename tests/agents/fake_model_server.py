@@ -32,6 +32,9 @@ Scripted behaviour, from markers anywhere in the user turns of the conversation:
                                 contains <text>: proves the command really ran.
   LOOPFLOW-DELAY: <seconds>  -> sleep before answering.
   LOOPFLOW-HTTP-ERROR: <code>-> answer with that HTTP status and a provider-shaped error.
+  LOOPFLOW-RATE-LIMIT: <s> [type] -> HTTP 429 in the provider's rate-limit shape with
+                                `retry-after: <s>` (OpenAI's type: rate_limit_exceeded,
+                                insufficient_quota or usage_limit_reached).
 Requests without a role marker (titles, summaries, classifiers, schema calls) get a
 short answer; a requested JSON schema gets a minimal instance of that schema.
 Every reply carries usage with non-zero cache-read tokens (see USAGE below).
@@ -595,6 +598,10 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(float(d))
             except ValueError:
                 pass
+        limit = marker(ut, "LOOPFLOW-RATE-LIMIT")
+        if limit:  # a real limit refuses every request, titles included
+            self._rate_limited(body, api, limit)
+            return True
         code = marker(ut, "LOOPFLOW-HTTP-ERROR")
         if code and code.isdigit() and conv.tools:
             code = int(code)
@@ -608,6 +615,59 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(code, {"error": {"message": "forced", "type": "server_error", "code": code}})
             return True
         return False
+
+    def _rate_limited(self, body, api, spec):
+        """HTTP 429 in the provider's own shape, with the headers its real API sends.
+        `spec` is `<seconds> [kind]`: the wait (retry-after) and, for OpenAI, the error
+        type (rate_limit_exceeded, the default; insufficient_quota; usage_limit_reached,
+        ChatGPT plans' shape with resets_in_seconds)."""
+        parts = spec.split()
+        try:
+            wait = int(parts[0])
+        except (IndexError, ValueError):
+            wait = 60
+        kind = parts[1] if len(parts) > 1 else ""
+        reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + wait))
+        self._log(body, {"kind": "rate-limited", "api": api, "wait": wait, "type": kind or "default"})
+        headers = {"retry-after": str(wait)}
+        if api == "anthropic":
+            headers.update({"anthropic-ratelimit-requests-limit": "50",
+                            "anthropic-ratelimit-requests-remaining": "0",
+                            "anthropic-ratelimit-requests-reset": reset})
+            return self._json(429, {"type": "error", "error": {
+                "type": "rate_limit_error",
+                "message": "This request would exceed the rate limit for your organization of "
+                           "50 requests per minute. For details, refer to "
+                           "https://docs.claude.com/en/api/rate-limits."}}, headers)
+        if api == "gemini":
+            return self._json(429, {"error": {
+                "code": 429,
+                "message": "You exceeded your current quota, please check your plan and billing "
+                           "details. Please retry in %ds." % wait,
+                "status": "RESOURCE_EXHAUSTED",
+                "details": [
+                    {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
+                        "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests_per_minute",
+                        "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},
+                    {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "%ds" % wait}]}},
+                headers)
+        headers.update({"x-ratelimit-limit-requests": "500",
+                        "x-ratelimit-remaining-requests": "0",
+                        "x-ratelimit-reset-requests": "%ds" % wait})
+        if kind == "usage_limit_reached":
+            return self._json(429, {"error": {
+                "type": "usage_limit_reached", "message": "The usage limit has been reached",
+                "plan_type": "plus", "resets_at": int(time.time()) + wait,
+                "resets_in_seconds": wait}}, headers)
+        if kind == "insufficient_quota":
+            return self._json(429, {"error": {
+                "message": "You exceeded your current quota, please check your plan and billing "
+                           "details.", "type": "insufficient_quota", "param": None,
+                "code": "insufficient_quota"}}, headers)
+        return self._json(429, {"error": {
+            "message": "Rate limit reached for requests per min (RPM): Limit 500, Used 500, "
+                       "Requested 1. Please try again in %ds." % wait,
+            "type": "requests", "param": None, "code": "rate_limit_exceeded"}}, headers)
 
     # -- Anthropic -------------------------------------------------------
     def anthropic(self, body):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -147,6 +148,35 @@ def main():
         check("gemini countTokens", r["totalTokens"] > 0, r)
         lines = open(log).read().splitlines()
         check("request log has one line per request", len(lines) == 13, len(lines))
+
+        # Rate limits: HTTP 429 in each provider's shape, with retry-after.
+        def refused(url, body):
+            req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(req, timeout=10)
+            except urllib.error.HTTPError as e:
+                return e.code, e.headers.get("retry-after"), json.loads(e.read().decode())
+            return 200, None, None
+        limit = "LOOPFLOW-ROLE: implement\nLOOPFLOW-RATE-LIMIT: 3600\n"
+        code, after, body = refused(base + "/v1/messages", {"model": "m", "messages": [
+            {"role": "user", "content": limit}]})
+        check("anthropic 429 rate_limit_error", code == 429 and after == "3600"
+              and body["error"]["type"] == "rate_limit_error", (code, after, body))
+        code, after, body = refused(base + "/v1/responses", {"model": "m", "input": limit.replace(
+            "3600", "60 usage_limit_reached")})
+        check("responses 429 usage_limit_reached", code == 429 and after == "60"
+              and body["error"]["resets_in_seconds"] == 60, (code, body))
+        code, _, body = refused(base + "/v1/chat/completions", {"model": "m", "messages": [
+            {"role": "user", "content": limit}]})
+        check("chat 429 rate_limit_exceeded", code == 429
+              and body["error"]["code"] == "rate_limit_exceeded", (code, body))
+        code, _, body = refused(base + "/v1beta/models/g:generateContent", {
+            "contents": [{"role": "user", "parts": [{"text": limit}]}]})
+        retry = [d for d in body["error"]["details"] if d["@type"].endswith("RetryInfo")]
+        check("gemini 429 RESOURCE_EXHAUSTED with RetryInfo", code == 429
+              and body["error"]["status"] == "RESOURCE_EXHAUSTED"
+              and retry and retry[0]["retryDelay"] == "3600s", (code, body))
     finally:
         srv.terminate()
         srv.wait()

@@ -39,7 +39,7 @@ const ARG_MAX_ONE: usize = 128 * 1024;
 
 /// The directory holding the agents' `node_modules/.bin`, or `None` (after saying why)
 /// when they are not installed and CI does not require them.
-fn agents_bin() -> Option<PathBuf> {
+pub(crate) fn agents_bin() -> Option<PathBuf> {
     let dir = std::env::var_os("LOOPFLOW_AGENTS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents"));
@@ -63,14 +63,14 @@ fn agents_bin() -> Option<PathBuf> {
 }
 
 /// The fake model server on 127.0.0.1 (its own port per test), stopped on drop.
-struct ModelServer {
+pub(crate) struct ModelServer {
     child: Child,
-    url: String,
+    pub(crate) url: String,
     log: PathBuf,
 }
 
 impl ModelServer {
-    fn start(dir: &Path) -> ModelServer {
+    pub(crate) fn start(dir: &Path) -> ModelServer {
         let script =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/fake_model_server.py");
         let port_file = dir.join("port");
@@ -100,7 +100,7 @@ impl ModelServer {
     }
 
     /// Every request the server answered, in order.
-    fn requests(&self) -> Vec<Value> {
+    pub(crate) fn requests(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.log)
             .unwrap_or_default()
             .lines()
@@ -117,15 +117,15 @@ impl Drop for ModelServer {
 }
 
 /// One agent CLI as the test drives it.
-struct Agent {
-    preset: &'static str,
+pub(crate) struct Agent {
+    pub(crate) preset: &'static str,
     /// `--model` (and `--verify-model`) as `create`/`init` take them.
-    model: &'static str,
+    pub(crate) model: &'static str,
     verify_model: Option<&'static str>,
     /// How the loop is made: `init --agent` (true) or `create --agent`.
     via_init: bool,
     /// Points the CLI at the server from `home`; returns the environment it needs.
-    setup: fn(home: &Path, tools: &Path, url: &str) -> Vec<(String, String)>,
+    pub(crate) setup: fn(home: &Path, tools: &Path, url: &str) -> Vec<(String, String)>,
     /// Text only the agent's own output format has (the verdict is inside it).
     output_format: &'static str,
     /// The agent reports its spend in USD.
@@ -136,14 +136,34 @@ struct Agent {
     ticks: u64,
 }
 
-fn claude(_home: &Path, _tools: &Path, url: &str) -> Vec<(String, String)> {
+impl Agent {
+    /// The CLI as `agent_state.rs` drives it: one tick at a time, made by `create`.
+    pub(crate) fn for_state_tests(
+        preset: &'static str,
+        model: &'static str,
+        setup: fn(&Path, &Path, &str) -> Vec<(String, String)>,
+    ) -> Agent {
+        Agent {
+            preset,
+            model,
+            verify_model: None,
+            via_init: false,
+            setup,
+            output_format: "",
+            reports_cost: false,
+            ticks: 1,
+        }
+    }
+}
+
+pub(crate) fn claude(_home: &Path, _tools: &Path, url: &str) -> Vec<(String, String)> {
     vec![
         ("ANTHROPIC_BASE_URL".into(), url.into()),
         ("ANTHROPIC_API_KEY".into(), "sk-ant-fake".into()),
     ]
 }
 
-fn codex(home: &Path, _tools: &Path, url: &str) -> Vec<(String, String)> {
+pub(crate) fn codex(home: &Path, _tools: &Path, url: &str) -> Vec<(String, String)> {
     let dir = home.join(".codex");
     std::fs::create_dir_all(&dir).expect("codex home");
     std::fs::write(
@@ -166,7 +186,7 @@ env_key = "FAKE_API_KEY"
 /// directories are set elsewhere too (as on a desktop that moves them): OpenCode creates
 /// its config, data, state and cache directories there at start, which the sandbox must
 /// allow — the preset's `~/.local/share/opencode` &c. follow `XDG_*_HOME`.
-fn opencode(_home: &Path, tools: &Path, url: &str) -> Vec<(String, String)> {
+pub(crate) fn opencode(_home: &Path, tools: &Path, url: &str) -> Vec<(String, String)> {
     let config = tools.join("opencode.json");
     let json = serde_json::json!({
         "provider": {"fake": {
@@ -189,7 +209,7 @@ fn opencode(_home: &Path, tools: &Path, url: &str) -> Vec<(String, String)> {
     ]
 }
 
-fn gemini(home: &Path, _tools: &Path, url: &str) -> Vec<(String, String)> {
+pub(crate) fn gemini(home: &Path, _tools: &Path, url: &str) -> Vec<(String, String)> {
     let dir = home.join(".gemini");
     std::fs::create_dir_all(&dir).expect("gemini home");
     std::fs::write(
@@ -207,7 +227,7 @@ fn gemini(home: &Path, _tools: &Path, url: &str) -> Vec<(String, String)> {
 
 /// The variables of the machine running the tests that would point an agent elsewhere
 /// (real keys, other config or state directories): never passed on.
-const SCRUBBED: &[&str] = &[
+pub(crate) const SCRUBBED: &[&str] = &[
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
     "ANTHROPIC_BASE_URL",
@@ -233,7 +253,7 @@ const SCRUBBED: &[&str] = &[
 /// to write into the project checkout (which the sandbox must refuse), and prints the
 /// word the verdict waits for only when the last tick's note exists (`GOAL`) and the
 /// write was refused.
-const CHECK_PY: &str = r#"import os
+pub(crate) const CHECK_PY: &str = r#"import os
 notes = sorted(os.listdir("notes")) if os.path.isdir("notes") else []
 try:
     with open(os.path.join(os.environ["LOOPFLOW_PROJECT"], "escaped.txt"), "w") as f:
@@ -283,7 +303,7 @@ fn script_prompts(dir: &Path) -> String {
 
 /// Every file the loop's nodes left in `outputs/` (prompts excepted), for a failure's
 /// message: what each agent printed.
-fn outputs(dir: &Path) -> String {
+pub(crate) fn outputs(dir: &Path) -> String {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("outputs"))
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();

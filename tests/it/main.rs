@@ -1,6 +1,8 @@
 //! The integration tests: one binary (linked once) whose modules drive the real
 //! `loopflow` executable through [`support`].
 
+mod agent_failures;
+mod agent_state;
 mod agents;
 mod book;
 mod cache_spend;
@@ -14,6 +16,7 @@ mod daemon;
 mod daemon_wakes;
 mod dashboard;
 mod distribution;
+mod doctor;
 mod dogfood;
 mod drift;
 mod exec;

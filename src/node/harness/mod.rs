@@ -17,6 +17,7 @@ use crate::state::{Event, LogArg};
 use crate::template::vars;
 use crate::toml_read::{Str, Table};
 
+mod agent;
 mod cache;
 
 pub struct Harness;
@@ -260,7 +261,7 @@ impl NodeSpec for HarnessNode {
             .and_then(|c| c.idle_timeout)
             .or(ctx.config().harness_idle_timeout);
         let agent = ctx.config().agent(&self.role.value);
-        let mut env = Vec::with_capacity(agent.set_env.len());
+        let mut env = Vec::with_capacity(agent.set_env.len() + 4);
         for (k, t) in &agent.set_env {
             match ctx.render_with(&t.text, &vars) {
                 Ok(v) => env.push((k.clone(), v)),
@@ -269,13 +270,25 @@ impl NodeSpec for HarnessNode {
                 }
             }
         }
+        // The CLI's own state: the loop's, seeded from the user's login (never the user's
+        // directories, which the user's own CLI loads later).
+        let own = match agent.def.as_deref().map(|p| agent::prepare(ctx, p)) {
+            None => None,
+            Some(Ok(o)) => Some(o),
+            Some(Err(e)) => return NodeRun::fail(Failure::Io(e.to_string())),
+        };
+        let mut write = Vec::new();
+        if let Some(o) = &own {
+            env.extend(o.env.iter().cloned());
+            write.extend(o.write.iter().cloned());
+        }
         let spawn = Spawn {
             argv: &argv,
             timeout,
             idle,
             stdin: agent.stdin_prompt.then(|| prompt_path.clone()),
             env,
-            write: agent.sandbox_write.clone(),
+            write,
             read: agent.sandbox_read.clone(),
             pass_env: agent.pass_env.clone(),
             hosts: agent.hosts.clone(),
@@ -283,6 +296,11 @@ impl NodeSpec for HarnessNode {
             work: !matches!(self.role.value.as_str(), "verify" | "orchestrate"),
             ..Default::default()
         };
+        let def = agent.def.clone();
+        let limit_rule = def.as_ref().and_then(|d| d.limit.clone());
+        let watch = limit_rule
+            .as_ref()
+            .and_then(|r| agent::Watch::new(ctx, r, own.as_ref().and_then(|o| o.root.as_deref())));
         let usage = agent.usage;
         // The agent's own report (preset `usage` rule): answer, cost, tokens, an error it
         // reported while exiting 0, the tool calls it was refused.
@@ -317,12 +335,32 @@ impl NodeSpec for HarnessNode {
             finish(&mut out);
             return NodeRun::Ok(out);
         }
-        match ctx.spawn(spawn) {
+        let ran = std::thread::scope(|s| {
+            if let Some(w) = &watch {
+                s.spawn(|| w.run(ctx));
+            }
+            let ran = ctx.spawn(spawn);
+            if let Some(w) = &watch {
+                w.stop();
+            }
+            ran
+        });
+        // The provider refused the agent for a usage or rate limit: not the agent's
+        // failure, not an iteration, and every loop of this preset and credential waits.
+        if let (Some(w), Some(d), Some(r)) = (&watch, &def, &limit_rule)
+            && let Some(message) = w.found()
+        {
+            return NodeRun::Skip(agent::limited(ctx, d, r, &message));
+        }
+        match ran {
             NodeRun::Ok(mut o) => match finish(&mut o) {
-                Some(error) => NodeRun::Failed {
-                    reason: Failure::Agent(error),
-                    output: o,
-                },
+                Some(error) => {
+                    o.why = agent::why(&o, Some(&error));
+                    NodeRun::Failed {
+                        reason: Failure::Agent(error),
+                        output: o,
+                    }
+                }
                 None => {
                     if let Some(key) = &cache {
                         cache::store(ctx, &self.role.value, key, o.stdout_path.as_deref());
@@ -331,7 +369,8 @@ impl NodeSpec for HarnessNode {
                 }
             },
             NodeRun::Failed { reason, mut output } => {
-                finish(&mut output);
+                let reported = finish(&mut output);
+                output.why = agent::why(&output, reported.as_deref());
                 NodeRun::Failed { reason, output }
             }
             other => other,
