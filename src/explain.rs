@@ -72,7 +72,7 @@ pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
             out.push_str(&format!(
                 "    own state: {} (the loop's own, under {}; seeded from yours, never written back)\n",
                 vars.join(", "),
-                crate::preset::home::state_base()
+                crate::state::machine::base()
                     .map_or_else(|| "$XDG_STATE_HOME/loopflow".into(), |b| tilde(&b.join("agents")))
             ));
         }

@@ -362,20 +362,20 @@ fn sandbox(cfg: &LoopConfig) -> Finding {
 }
 
 fn git(cfg: &LoopConfig, project: &Path) -> Finding {
-    let v = std::process::Command::new("git")
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    let Some(v) = v else {
+    let Some((v, numbers)) = crate::git::version() else {
         return Finding::fail(
             "git",
             "git does not run".into(),
             "install git (2.39 or newer)".into(),
         );
     };
+    if cfg.worktree && numbers < (2, 39) {
+        return Finding::fail(
+            "git",
+            format!("{v}; a loop's worktree needs git 2.39 or newer"),
+            "install git 2.39 or newer (Debian 12's is 2.39.5)".into(),
+        );
+    }
     if cfg.worktree && crate::git::toplevel(project).is_none() {
         return Finding::fail(
             "git",

@@ -627,3 +627,17 @@ impl Repo {
         })
     }
 }
+
+/// What `git --version` says (`git version 2.47.3`), and its major and minor numbers;
+/// `None` without a git that runs.
+pub fn version() -> Option<(String, (u32, u32))> {
+    let out = Git::bare(Path::new("/"))
+        .arg("--version")
+        .ok("--version")
+        .ok()?;
+    let text = String::from_utf8_lossy(&out).trim().to_string();
+    let v = text.strip_prefix("git version ")?;
+    let mut n = v.split(['.', ' ']).map(|p| p.parse::<u32>().ok());
+    let numbers = (n.next()??, n.next()??);
+    Some((text, numbers))
+}

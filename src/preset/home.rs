@@ -146,46 +146,12 @@ pub enum HomeError {
     },
 }
 
-/// loopflow's own state directory: `$XDG_STATE_HOME/loopflow` (an absolute value only),
-/// else `~/.local/state/loopflow`.
-pub fn state_base() -> Option<PathBuf> {
-    let xdg = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute());
-    let home = || {
-        std::env::var_os("HOME")
-            .filter(|h| !h.is_empty())
-            .map(|h| PathBuf::from(h).join(".local/state"))
-    };
-    xdg.or_else(home).map(|b| b.join("loopflow"))
-}
-
-/// `<project dir name>-<12 hex of the project path's hash>`: readable, and unique per
-/// checkout.
-pub fn project_key(project: &Path) -> String {
-    let label: String = project
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        .take(40)
-        .collect();
-    let hash = blake3::hash(project.as_os_str().as_encoded_bytes()).to_hex();
-    let label = if label.is_empty() {
-        "project".into()
-    } else {
-        label
-    };
-    format!("{label}-{}", &hash[..12])
-}
-
 /// Where a loop's agent of `preset` keeps its state.
 pub fn root(project: &Path, loop_name: &str, preset: &str) -> Result<PathBuf, HomeError> {
-    Ok(state_base()
+    Ok(crate::state::machine::base()
         .ok_or(HomeError::NoHome)?
         .join("agents")
-        .join(project_key(project))
+        .join(crate::state::machine::project_key(project))
         .join(loop_name)
         .join(preset))
 }
@@ -775,6 +741,5 @@ mod tests {
         assert!(
             relative_ok("a/b") && !relative_ok("../a") && !relative_ok("/a") && !relative_ok("")
         );
-        assert!(project_key(Path::new("/x/my proj")).starts_with("myproj-"));
     }
 }

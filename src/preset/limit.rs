@@ -379,7 +379,7 @@ pub fn credential_key(preset: &super::Preset) -> String {
 }
 
 fn dir() -> Option<PathBuf> {
-    super::home::state_base().map(|b| b.join("limits"))
+    crate::state::machine::base().map(|b| b.join("limits"))
 }
 
 fn path_for(preset: &super::Preset) -> Option<PathBuf> {

@@ -13,6 +13,7 @@ use crate::verdict::Verdict;
 
 mod lock;
 pub mod log;
+pub mod machine;
 mod paths;
 pub mod tamper;
 

@@ -73,50 +73,25 @@ pub enum LocationError {
 /// The directory worktrees live under: `[worktree] dir`, else
 /// `$XDG_STATE_HOME/loopflow/worktrees`, else `~/.local/state/loopflow/worktrees`.
 fn root(dir: Option<&Path>) -> Result<PathBuf, LocationError> {
-    if let Some(d) = dir {
-        return Ok(d.to_path_buf());
+    match dir {
+        Some(d) => Ok(d.to_path_buf()),
+        None => crate::state::machine::base()
+            .map(|b| b.join("worktrees"))
+            .ok_or(LocationError::NoHome),
     }
-    let abs = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
-    let state = std::env::var_os("XDG_STATE_HOME")
-        .and_then(abs)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .and_then(abs)
-                .map(|h| h.join(".local").join("state"))
-        })
-        .ok_or(LocationError::NoHome)?;
-    Ok(state.join("loopflow").join("worktrees"))
 }
 
-/// `project`, links and `..` resolved (as written where it does not exist).
-fn real(p: &Path) -> PathBuf {
-    p.canonicalize()
-        .unwrap_or_else(|_| crate::fs_safe::normalize(p))
-}
+use crate::state::machine::real;
 
 /// The directory of this project's worktrees: `<root>/<label>-<hash>`, the label the
 /// project directory's name (so a person can tell them apart), the hash its full path's.
 pub fn project_root(project: &Path, dir: Option<&Path>) -> Result<PathBuf, LocationError> {
-    let project = real(project);
     let root = root(dir)?;
+    let project = real(project);
     if real(&root).starts_with(&project) {
         return Err(LocationError::Inside { root, project });
     }
-    let label: String = project
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | '-' => c,
-            _ => '_',
-        })
-        .take(40)
-        .collect();
-    let label = label.trim_start_matches('.');
-    let label = if label.is_empty() { "project" } else { label };
-    let hash = blake3::hash(project.as_os_str().as_encoded_bytes()).to_hex();
-    Ok(root.join(format!("{label}-{}", &hash.as_str()[..12])))
+    Ok(root.join(crate::state::machine::project_key(&project)))
 }
 
 /// Where loop `name` of `project` has its worktree on this machine.

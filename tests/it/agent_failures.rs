@@ -159,6 +159,10 @@ fn a_usage_limit_skips_every_loop_of_the_credential_and_counts_no_abort() {
     let key = [
         ("PATH", path.as_str()),
         ("HOME", home.path().to_str().expect("utf-8")),
+        (
+            "XDG_STATE_HOME",
+            home.state_home.path().to_str().expect("utf-8"),
+        ),
         ("ANTHROPIC_API_KEY", "sk-one"),
     ];
     for _ in 0..3 {
@@ -207,6 +211,10 @@ fn a_usage_limit_skips_every_loop_of_the_credential_and_counts_no_abort() {
     let same = [
         ("PATH", qpath.as_str()),
         ("HOME", home.path().to_str().expect("utf-8")),
+        (
+            "XDG_STATE_HOME",
+            home.state_home.path().to_str().expect("utf-8"),
+        ),
         ("ANTHROPIC_API_KEY", "sk-one"),
     ];
     let r = q.lf_env(&["run", "--loop", "l", "--json"], &same);
@@ -214,12 +222,16 @@ fn a_usage_limit_skips_every_loop_of_the_credential_and_counts_no_abort() {
     let other = [
         ("PATH", qpath.as_str()),
         ("HOME", home.path().to_str().expect("utf-8")),
+        (
+            "XDG_STATE_HOME",
+            home.state_home.path().to_str().expect("utf-8"),
+        ),
         ("ANTHROPIC_API_KEY", "sk-two"),
     ];
     let r = q.lf_env(&["run", "--loop", "l", "--json"], &other);
     assert_ne!(r.json()["reason"], "usage_limit", "{r:?}");
     // The record names neither key.
-    let limits = home.join(".local/state/loopflow/limits");
+    let limits = home.state_home.path().join("loopflow/limits");
     for e in std::fs::read_dir(&limits).expect("limits dir").flatten() {
         let text = std::fs::read_to_string(e.path()).expect("record");
         assert!(
