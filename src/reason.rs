@@ -212,8 +212,10 @@ pub enum SkipReason {
     When(String),
     /// The walk ended without reaching a commit node.
     NoCommit,
-    /// Another tick holds the loop's lock.
+    /// Another tick holds the loop's lock (or, for a remote loop, its lease).
     Locked,
+    /// A remote loop's slot was already ticked by some runner (DESIGN §16).
+    SlotTaken,
     /// The loop directory has no state file.
     Untracked,
     /// No such loop directory.
@@ -232,6 +234,7 @@ impl fmt::Display for SkipReason {
             SkipReason::When(n) => write!(f, "when:{n}"),
             SkipReason::NoCommit => f.write_str("no_commit"),
             SkipReason::Locked => f.write_str("locked"),
+            SkipReason::SlotTaken => f.write_str("slot_taken"),
             SkipReason::Untracked => f.write_str("untracked"),
             SkipReason::UnknownLoop => f.write_str("unknown_loop"),
             SkipReason::DryRun => f.write_str("dry_run"),

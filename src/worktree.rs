@@ -608,9 +608,18 @@ fn drop_copied_records(paths: &LoopPaths) -> Result<(), RestoreError> {
 /// (the branch if it exists, else a new one from HEAD) and points the state's
 /// `worktree_path` at it. Holds the tick lock, so no tick runs meanwhile.
 pub fn restore(paths: &LoopPaths) -> Result<Restored, RestoreError> {
-    let _lock = paths
+    let lock = paths
         .try_lock_tick()?
         .ok_or_else(|| RestoreError::Busy(paths.name.clone()))?;
+    restore_held(paths, &lock)
+}
+
+/// [`restore`] by a caller that already holds the loop's tick lock (a remote loop's tick,
+/// which makes its worktree from the branch it fetched).
+pub fn restore_held(
+    paths: &LoopPaths,
+    _lock: &crate::state::TickLock,
+) -> Result<Restored, RestoreError> {
     let state = paths.load()?;
     paths.owns(&state)?;
     // Restore writes in the worktree and records where it is: only ever the loop's own

@@ -21,6 +21,7 @@ mod drift;
 mod fast;
 mod init;
 mod projects;
+mod remote;
 mod report;
 mod review;
 mod run;
@@ -406,6 +407,10 @@ pub(crate) fn open(project: &std::path::Path, name: &str) -> Result<(LoopPaths, 
         return Err(exit::USAGE);
     }
     let paths = LoopPaths::new(project, name);
+    // A remote loop's record is read fresh: any clone, any path (DESIGN §16).
+    if paths.dir.is_dir() {
+        remote::refresh(&paths, false)?;
+    }
     if !paths.state.exists() {
         eprintln!(
             "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",

@@ -152,39 +152,24 @@ fn remote(
     }
     let cfg = &loaded.config;
     let mut agents = Vec::new();
-    let mut limit = Some(std::time::Duration::ZERO);
-    for node in &loaded.pipeline.nodes {
-        let tries = node.retries.saturating_add(1);
-        let timeout = match node.spec.role() {
-            Some(role) => {
-                let agent = cfg.agent(&role.value);
-                let program = agent
-                    .command
-                    .first()
-                    .map(|t| t.text.clone())
-                    .unwrap_or_default();
-                let a = schedule::AgentUse::of(agent.preset, &program);
-                if !agents.contains(&a) {
-                    agents.push(a);
-                }
-                node.timeout
-                    .or_else(|| cfg.roles.get(&role.value).and_then(|r| r.timeout))
-                    .or(cfg.harness_timeout)
-            }
-            None if node.spec.spawns() => node.timeout,
-            None => continue,
-        };
-        limit = match (limit, timeout) {
-            (Some(sum), Some(t)) => sum.checked_add(t.saturating_mul(tries)),
-            _ => None,
-        };
+    for role in loaded.pipeline.nodes.iter().filter_map(|n| n.spec.role()) {
+        let agent = cfg.agent(&role.value);
+        let program = agent
+            .command
+            .first()
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
+        let a = schedule::AgentUse::of(agent.preset, &program);
+        if !agents.contains(&a) {
+            agents.push(a);
+        }
     }
     Ok(schedule::Remote {
         install,
         image: t.image.clone(),
         agents,
         extra_secrets: t.secrets.clone(),
-        tick_limit: limit,
+        tick_limit: crate::remote::tick_limit(loaded),
     })
 }
 

@@ -7,6 +7,7 @@
 #[cfg(unix)]
 mod clean;
 mod local;
+pub mod remote;
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -116,6 +117,34 @@ fn run_with(
     args: &[&str],
     stdin: Option<Vec<u8>>,
 ) -> Result<std::process::Output, GitError> {
+    run_opts(
+        cwd,
+        pre,
+        args,
+        Opts {
+            stdin,
+            ..Opts::default()
+        },
+    )
+}
+
+/// What one git process gets beyond the usual: its stdin, and (for the commands that talk
+/// to a remote, [`remote`]) variables set in its environment alone — the credential.
+#[derive(Default)]
+struct Opts {
+    stdin: Option<Vec<u8>>,
+    /// Set in this process's environment only: never on its command line or in a file.
+    env: Vec<(OsString, OsString)>,
+    /// Variables of loopflow's environment this process does not inherit.
+    remove: Vec<&'static str>,
+}
+
+fn run_opts(
+    cwd: &Path,
+    pre: &[&OsStr],
+    args: &[&str],
+    o: Opts,
+) -> Result<std::process::Output, GitError> {
     let mut full: Vec<&OsStr> = vec![
         OsStr::new("-c"),
         OsStr::new("core.hooksPath=/dev/null"),
@@ -125,13 +154,16 @@ fn run_with(
     full.extend_from_slice(pre);
     full.extend(args.iter().map(OsStr::new));
     let cmd = duct::cmd("git", &full).dir(cwd);
-    let cmd = match stdin {
+    let cmd = match o.stdin {
         Some(bytes) => cmd.stdin_bytes(bytes),
         None => cmd.stdin_null(),
     };
     let mut cmd = cmd.stdout_capture().stderr_capture().unchecked();
-    for v in REDIRECTS {
+    for v in REDIRECTS.iter().chain(&o.remove) {
         cmd = cmd.env_remove(v);
+    }
+    for (k, v) in o.env {
+        cmd = cmd.env(k, v);
     }
     cmd.run().map_err(GitError::Spawn)
 }

@@ -62,6 +62,8 @@ pub(super) struct Tick<'a> {
     pub baseline: Option<Result<crate::node::Baseline, crate::node::BaselineError>>,
     /// What the nodes that ended so far produced, for the brakes between nodes.
     pub settled: Mutex<Vec<NodeOutput>>,
+    /// A remote loop's hold on its record: spend is checkpointed to it after each node.
+    pub remote: Option<&'a crate::remote::tick::Session<'a>>,
 }
 
 impl<'a> Tick<'a> {
@@ -443,7 +445,8 @@ impl Host for Tick<'_> {
     }
 
     fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::SeqCst)
+        // A remote tick whose lease was taken over stops: nothing of it can count.
+        self.cancel.load(Ordering::SeqCst) || self.remote.is_some_and(|r| r.fenced())
     }
 
     fn before_node(&self, runs_process: bool) -> Result<(), Stop> {
@@ -467,8 +470,18 @@ impl Host for Tick<'_> {
     }
 
     fn settled(&self, out: &NodeOutput) {
-        if let Ok(mut s) = self.settled.lock() {
-            s.push(out.clone());
+        let Ok(mut s) = self.settled.lock() else {
+            return;
+        };
+        s.push(out.clone());
+        if let Some(r) = self.remote {
+            let spend = crate::node::spend_of(s.iter());
+            drop(s);
+            r.checkpoint(&crate::state::Spent {
+                usd: spend.usd,
+                tokens: spend.tokens,
+                seconds: spend.seconds,
+            });
         }
     }
 }

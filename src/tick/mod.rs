@@ -134,6 +134,9 @@ pub enum RunError {
     Config(Diagnostics),
     #[error(transparent)]
     State(#[from] StateError),
+    /// A remote loop's record could not be read or written (DESIGN §16).
+    #[error(transparent)]
+    Remote(#[from] crate::remote::RemoteError),
 }
 
 impl From<LoadError> for RunError {
@@ -154,6 +157,9 @@ pub struct RunOptions {
     pub trace: Option<crate::telemetry::TraceIds>,
     /// Export no trace whatever is configured (`demo`: offline, in a throw-away project).
     pub no_telemetry: bool,
+    /// The slot a remote loop's tick takes (`run --slot`, DESIGN §16): at most one tick
+    /// per slot across every runner.
+    pub slot: Option<String>,
 }
 
 /// One tick of one loop; with telemetry configured (DESIGN §14), its trace is exported
@@ -231,7 +237,12 @@ fn tick_once(
     }
     // Before the first write: a planted symlink must not redirect the log, locks or outputs.
     paths.refuse_symlinks()?;
-    if !paths.state.exists() {
+    let remote = crate::remote::RemoteLoop::open(&paths).map_err(|e| match e {
+        crate::remote::OpenError::Config(e) => RunError::from(e),
+        crate::remote::OpenError::Remote(e) => RunError::Remote(e),
+    })?;
+    // A remote loop's state is its record's: a fresh clone has no cache yet.
+    if remote.is_none() && !paths.state.exists() {
         if !opts.dry_run {
             skip(&paths, &SkipReason::Untracked)?;
         }
@@ -268,7 +279,18 @@ fn tick_once(
         // anything else runs in the loop's worktree.
         after_previous_tick(&paths, lock)?;
     }
-    let result = run_locked(&paths, &ledger, lock.as_ref(), &repaired, opts, cancel);
+    let result = match remote {
+        None => run_locked(
+            &paths,
+            &ledger,
+            lock.as_ref(),
+            &repaired,
+            opts,
+            cancel,
+            None,
+        ),
+        Some(r) => remote_tick(r, &paths, &ledger, lock.as_ref(), &repaired, opts, cancel),
+    };
     if let Some(lock) = &lock {
         // What the tick's processes left behind (detached, reparented to loopflow) goes
         // before the lock is let go: nothing may outlive the tick that started it.
@@ -294,6 +316,69 @@ fn tick_once(
         lock.clear();
     }
     result
+}
+
+/// A remote loop's tick (DESIGN §16) around the local one, at its seams: begin (fetch,
+/// the record's gate, the lease), the nodes as for any loop (checkpointing spend after
+/// each spawning node), settle (one atomic push). Its skips before the lease are logged
+/// here only: every losing runner would race to write one into the record.
+fn remote_tick(
+    r: crate::remote::RemoteLoop<'_>,
+    paths: &LoopPaths,
+    ledger: &crate::state::Ledger,
+    lock: Option<&TickLock>,
+    repaired: &[String],
+    opts: &RunOptions,
+    cancel: &AtomicBool,
+) -> Result<Summary, RunError> {
+    use crate::remote::tick::{BeginError, Begun, Settled};
+    let o = crate::remote::tick::Options {
+        slot: opts.slot.as_deref(),
+        dry_run: opts.dry_run,
+        pipeline: opts.pipeline.as_deref(),
+    };
+    let session = match crate::remote::tick::begin(r, lock, &o) {
+        Err(BeginError::Load(e)) => return Err(e.into()),
+        Err(BeginError::Remote(e)) => return Err(e.into()),
+        Ok(Begun::Look) => return run_locked(paths, ledger, lock, repaired, opts, cancel, None),
+        Ok(Begun::Skip { reason, iteration }) => {
+            if !opts.dry_run {
+                skip(paths, &reason)?;
+            }
+            return Ok(Summary::bare(&paths.name, Outcome::Skip, reason, iteration));
+        }
+        Ok(Begun::Go(s)) => s,
+    };
+    let result = run_locked(paths, ledger, lock, repaired, opts, cancel, Some(&session));
+    let iteration = match &result {
+        Ok(s) => s.iteration,
+        Err(_) => 0,
+    };
+    let run = session.run().to_string();
+    match session.settle()? {
+        Settled::Recorded => result,
+        Settled::Fenced { orphans } => {
+            let kept = orphans.map_or("it had no commits".into(), |o| {
+                format!("its commits are on {o}")
+            });
+            let _ = paths.log(
+                Event::Warn,
+                &[
+                    LogArg::Kv("run", run),
+                    LogArg::Kv(
+                        "msg",
+                        format!("fenced: another runner took the lease over; nothing of this tick was recorded ({kept})"),
+                    ),
+                ],
+            );
+            Ok(Summary::bare(
+                &paths.name,
+                Outcome::Abort,
+                "fenced",
+                iteration,
+            ))
+        }
+    }
 }
 
 /// What the next tick would do first, done now: the daemon calls it when a tick it ran
@@ -342,7 +427,7 @@ fn lock(paths: &LoopPaths) -> Result<Option<TickLock>, StateError> {
     Ok(None)
 }
 
-/// The tick, once its lock is held.
+/// The tick, once its lock is held (and, for a remote loop, its lease: `remote`).
 fn run_locked(
     paths: &LoopPaths,
     ledger: &crate::state::Ledger,
@@ -350,6 +435,7 @@ fn run_locked(
     repaired: &[String],
     opts: &RunOptions,
     cancel: &AtomicBool,
+    remote: Option<&crate::remote::tick::Session<'_>>,
 ) -> Result<Summary, RunError> {
     let base = std::env::current_dir().unwrap_or_else(|_| paths.project.clone());
     // Taken before the read: whatever changes the file after it is looked at again.
@@ -528,6 +614,7 @@ fn run_locked(
             crate::node::Baseline::take(loaded.config.worktree, &paths.project, &cwd, &paths.name)
         }),
         settled: Default::default(),
+        remote,
     };
     let hb = crate::template::engine();
     let scope = tick.scope(&work, &hb);
