@@ -1,0 +1,257 @@
+//! Remotes for the tests of loops whose state lives in their repository (DESIGN §16): a
+//! bare repository reached over `file://`, over `git://` (`git daemon` on 127.0.0.1) or
+//! over smart HTTP (`git http-backend` behind `tests/remote/git_http.py`, which also
+//! injects a remote's faults), and the clones runners and humans work in.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{LoopToml, PATIENCE, Project, git};
+
+/// How a remote is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    File,
+    Daemon,
+    Http,
+}
+
+/// A bare repository `repo.git` under a temp dir, and the server in front of it.
+pub struct Remote {
+    pub root: tempfile::TempDir,
+    pub url: String,
+    server: Option<Child>,
+    /// The HTTP server's control file (faults), when there is one.
+    pub control: Option<PathBuf>,
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.as_mut() {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+}
+
+/// A TCP port free right now on 127.0.0.1 (git daemon cannot take port 0).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn wait_port(port: u16) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "server on port {port} never came up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Remote {
+    pub fn new(t: Transport) -> Remote {
+        Remote::with_token(t, None)
+    }
+
+    /// A remote whose HTTP server requires `token` (smart HTTP only).
+    pub fn with_token(t: Transport, token: Option<&str>) -> Remote {
+        let root = tempfile::tempdir().expect("tempdir");
+        git(
+            root.path(),
+            &["init", "-q", "--bare", "-b", "main", "repo.git"],
+        );
+        let bare = root.path().join("repo.git");
+        // Pushes over http need it; harmless elsewhere.
+        git(&bare, &["config", "http.receivepack", "true"]);
+        let mut r = Remote {
+            url: format!("file://{}", bare.display()),
+            root,
+            server: None,
+            control: None,
+        };
+        match t {
+            Transport::File => {}
+            Transport::Daemon => {
+                let port = free_port();
+                let child = Command::new("git")
+                    .args([
+                        "daemon",
+                        "--reuseaddr",
+                        "--listen=127.0.0.1",
+                        &format!("--port={port}"),
+                        &format!("--base-path={}", r.root.path().display()),
+                        "--export-all",
+                        "--enable=receive-pack",
+                    ])
+                    .arg(r.root.path())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("git daemon");
+                r.server = Some(child);
+                wait_port(port);
+                r.url = format!("git://127.0.0.1:{port}/repo.git");
+            }
+            Transport::Http => {
+                let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/remote/git_http.py");
+                let port_file = r.root.path().join("port");
+                let control = r.root.path().join("control.json");
+                let mut c = Command::new("python3");
+                c.arg(script)
+                    .arg("--root")
+                    .arg(r.root.path())
+                    .arg("--port-file")
+                    .arg(&port_file)
+                    .arg("--control")
+                    .arg(&control)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null());
+                if let Some(t) = token {
+                    c.args(["--token", t]);
+                }
+                r.server = Some(c.spawn().expect("python3 git_http.py"));
+                super::wait_for_file(&port_file);
+                let port: u16 = std::fs::read_to_string(&port_file)
+                    .expect("port")
+                    .trim()
+                    .parse()
+                    .expect("port number");
+                wait_port(port);
+                r.url = format!("http://127.0.0.1:{port}/repo.git");
+                r.control = Some(control);
+            }
+        }
+        r
+    }
+
+    pub fn bare(&self) -> PathBuf {
+        self.root.path().join("repo.git")
+    }
+
+    /// `git ARGS` in the bare repository.
+    pub fn git(&self, args: &[&str]) -> String {
+        git(&self.bare(), args)
+    }
+
+    /// The object a ref of the bare repository names, `None` when it has none.
+    pub fn rev(&self, name: &str) -> Option<String> {
+        let o = Command::new("git")
+            .args(["rev-parse", "--verify", "--quiet", name])
+            .current_dir(self.bare())
+            .output()
+            .expect("git");
+        let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        (o.status.success() && !s.is_empty()).then_some(s)
+    }
+
+    /// A file of the state ref's tree (`state.json`, `log`, `lease.json`, `slots`).
+    pub fn file(&self, name: &str, file: &str) -> Option<String> {
+        let o = Command::new("git")
+            .args([
+                "cat-file",
+                "blob",
+                &format!("refs/loopflow/{name}/state:{file}"),
+            ])
+            .current_dir(self.bare())
+            .output()
+            .expect("git");
+        o.status
+            .success()
+            .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    /// The record's state.
+    pub fn state(&self, name: &str) -> Value {
+        serde_json::from_str(&self.file(name, "state.json").expect("state.json")).expect("JSON")
+    }
+
+    /// The record's log, each line without its timestamp.
+    pub fn events(&self, name: &str) -> Vec<String> {
+        self.file(name, "log")
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                l.split_once(' ')
+                    .map_or(l.to_string(), |(_, r)| r.to_string())
+            })
+            .collect()
+    }
+
+    /// Commits on the remote's `loopflow/<name>` that are not on `main`.
+    pub fn branch_commits(&self, name: &str) -> usize {
+        self.git(&["rev-list", "--count", &format!("main..loopflow/{name}")])
+            .trim()
+            .parse()
+            .expect("count")
+    }
+
+    /// Sets the HTTP server's faults (see `tests/remote/git_http.py`).
+    pub fn faults(&self, json: &str) {
+        let c = self.control.as_ref().expect("an http remote");
+        std::fs::write(c, json).expect("control file");
+    }
+
+    /// A fresh clone, as a runner or a human makes one.
+    pub fn clone(&self) -> Project {
+        let p = Project::new();
+        let o = Command::new("git")
+            .args(["clone", "-q", &self.url, "."])
+            .current_dir(p.path())
+            .output()
+            .expect("git clone");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        p
+    }
+}
+
+/// A fake agent that returns at once: implement appends to `work.txt`, verify passes
+/// with score 0.N on tick N (no plateau), orchestrate says so. In `dir`, outside every clone (loop.toml, which
+/// every clone shares, names it by its absolute path).
+pub fn quick_agent(dir: &Path) -> PathBuf {
+    let p = dir.join("agent.sh");
+    std::fs::write(
+        &p,
+        r#"#!/bin/sh
+case "$1" in
+  implement) echo "tick $LOOPFLOW_TICK" >> work.txt; echo implemented ;;
+  verify) echo "{\"pass\": true, \"score\": 0.$LOOPFLOW_TICK}" ;;
+  orchestrate) echo orchestrated ;;
+esac
+"#,
+    )
+    .expect("agent");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    p
+}
+
+/// The loop.toml of a remote loop on `origin` whose roles run `agent`.
+pub fn remote_toml(agent: &Path) -> LoopToml {
+    LoopToml::new()
+        .harness_agent(agent)
+        .worktree(true)
+        .table("remote", "name = \"origin\"")
+}
+
+/// A repository on `remote` with loop `name` created there (its first state pushed by
+/// `create --remote`) and its `loop.toml` (`toml`) committed on `main` and pushed: what a
+/// human does once. Returns the human's checkout.
+pub fn start_loop(remote: &Remote, name: &str, toml: &LoopToml) -> Project {
+    let p = Project::git();
+    p.git_cmd(&["remote", "add", "origin", &remote.url]);
+    p.git_cmd(&["push", "-q", "origin", "main"]);
+    let r = p.lf(&[
+        "create", "--loop", name, "--task", "the task", "--remote", "origin",
+    ]);
+    assert_eq!(r.code, 0, "{r:?}");
+    p.loop_toml(name, &toml.render());
+    p.commit_all("the loop");
+    p.git_cmd(&["push", "-q", "origin", "main"]);
+    p
+}
