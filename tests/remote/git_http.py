@@ -12,7 +12,9 @@ Serves every bare repository under DIR (GIT_HTTP_EXPORT_ALL), pushes included. W
     {"fail_pushes": N, "status": 503}   the next N pushes get that status, unapplied
     {"drop_pushes": N}                  the next N pushes are applied, their answers lost
     {"hold_pushes": N, "release": F}    the next N pushes wait (unapplied) until file F
-                                        exists; "held" names a file touched meanwhile
+                                        exists; "held" names a file touched meanwhile;
+                                        with "then": "fail" they then get 503, unapplied
+    {"pass_pushes": N, ...}             the next N pushes pass untouched first
     {"fail_all": 503}                   every request gets that status
 
 Each fault it applies is appended to FILE.log (one line each), and every request's
@@ -96,7 +98,8 @@ class Handler(BaseHTTPRequestHandler):
             if self.headers.get("Authorization") != want:
                 return self.reply(401, b"auth\n", [("WWW-Authenticate", 'Basic realm="git"')])
         push = self.command == "POST" and self.path.split("?")[0].endswith("/git-receive-pack")
-        if push:
+        drop = False
+        if push and take("pass_pushes") is None:
             f = take("fail_pushes")
             if f is not None:
                 return self.reply(int(f.get("status", 503)), b"unavailable\n")
@@ -106,6 +109,9 @@ class Handler(BaseHTTPRequestHandler):
                     open(h["held"], "a").close()
                 while not os.path.exists(h["release"]):
                     time.sleep(0.02)
+                if h.get("then") == "fail":
+                    return self.reply(503, b"unavailable\n")
+            drop = take("drop_pushes") is not None
         path, _, query = self.path.partition("?")
         env = {
             "PATH": os.environ.get("PATH", ""),
@@ -133,7 +139,7 @@ class Handler(BaseHTTPRequestHandler):
                 status = int(v.strip().split()[0])
             elif k:
                 headers.append((k, v.strip()))
-        if push and take("drop_pushes") is not None:
+        if drop:
             # Applied, but the answer never arrives: the connection just ends.
             self.close_connection = True
             try:

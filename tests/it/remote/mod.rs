@@ -3,4 +3,5 @@
 //! processes racing: exactly one tick per slot, faults that lose nothing of record,
 //! humans from any clone, credentials that never reach an agent.
 
+mod faults;
 mod race;

@@ -255,3 +255,99 @@ pub fn start_loop(remote: &Remote, name: &str, toml: &LoopToml) -> Project {
     p.git_cmd(&["push", "-q", "origin", "main"]);
     p
 }
+
+/// What [`FaultAgent`] runs: the usual roles, each reporting $0.25 of spend, and the
+/// role named in `wait-role` (a `pause` node's too) waiting, the first time it runs
+/// anywhere, until `go` exists.
+pub struct FaultAgent {
+    pub dir: tempfile::TempDir,
+    pub agent: PathBuf,
+}
+
+impl FaultAgent {
+    pub fn new() -> FaultAgent {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let agent = dir.path().join("agent.sh");
+        let d = dir.path().display();
+        std::fs::write(
+            &agent,
+            format!(
+                r#"#!/bin/sh
+role="$1"; out="$2"
+if [ "$role" = "$(cat {d}/wait-role 2>/dev/null)" ] && mkdir "{d}/waiting" 2>/dev/null; then
+  echo $$ > "{d}/started.tmp" && mv "{d}/started.tmp" "{d}/started"
+  i=0; while [ ! -e "{d}/go" ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done
+fi
+case "$role" in
+  implement) echo "tick $LOOPFLOW_TICK" >> work.txt; echo implemented ;;
+  verify) echo "{{\"pass\": true, \"score\": 0.$LOOPFLOW_TICK}}" ;;
+  orchestrate) echo orchestrated ;;
+  pause) echo paused ;;
+esac
+[ -n "$out" ] && echo '{{"cost_usd": 0.25, "tokens": 100}}' > "$out"
+exit 0
+"#
+            ),
+        )
+        .expect("agent");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        FaultAgent { dir, agent }
+    }
+
+    /// The first run of `role` (anywhere) waits until [`FaultAgent::go`].
+    pub fn wait_in(&self, role: &str) {
+        std::fs::write(self.dir.path().join("wait-role"), role).expect("wait-role");
+    }
+
+    /// Waits until the waiting role has started.
+    pub fn started(&self) {
+        super::wait_for_file(&self.dir.path().join("started"));
+    }
+
+    /// Lets the waiting role go on.
+    pub fn go(&self) {
+        std::fs::write(self.dir.path().join("go"), "").expect("go");
+    }
+
+    /// A remote loop running this agent with 2 s role timeouts and a 1 s lease margin (a
+    /// lease of a few seconds), with a `pause` command node after the branch commit when
+    /// `pause` (its pipeline file beside the agent).
+    pub fn toml(&self, pause: bool) -> LoopToml {
+        let mut t = LoopToml::new()
+            .harness_command(&self.agent, &["{{role}}", "{{output}}"])
+            .harness("timeout = \"2s\"")
+            .worktree(true)
+            .table("remote", "name = \"origin\"\nlease_margin = \"1s\"");
+        if pause {
+            let p = super::PipelineToml::named("tick-then-pause")
+                .node("gate", "gate", &[])
+                .node("floor-check", "floor-check", &["gate"])
+                .harness("implement", "implement", &["floor-check"])
+                .harness("verify", "verify", &["implement"])
+                .verdict("parse", "verify", &["verify"])
+                .harness("orchestrate", "orchestrate", &["parse"])
+                .commit("commit", &["orchestrate"])
+                .git_commit("land", &["commit"])
+                .script("pause", &self.agent, &["pause"], &["land"])
+                .with("timeout = \"2s\"");
+            let path = self.dir.path().join("pipeline.toml");
+            std::fs::write(&path, p.render()).expect("pipeline");
+            t = t.pipeline(&path);
+        }
+        t
+    }
+}
+
+/// Where libfaketime is (Debian's `faketime`), `None` when it is not installed.
+pub fn faketime_lib() -> Option<PathBuf> {
+    let lib = std::fs::read_dir("/usr/lib")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.is_file());
+    if lib.is_none() && std::env::var("LOOPFLOW_REQUIRE_VALIDATORS").as_deref() == Ok("1") {
+        panic!("libfaketime is required (LOOPFLOW_REQUIRE_VALIDATORS=1): apt-get install faketime");
+    }
+    lib
+}
