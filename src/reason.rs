@@ -44,6 +44,9 @@ pub enum Intervention {
     ConfigChanged,
     NodeFailed,
     SandboxUnavailable,
+    /// The repository's git configuration holds a credential a tick's processes could
+    /// read (`[sandbox] mode = "enforce"` refuses to run agents beside it).
+    CredentialExposed,
 }
 
 /// The five ways a run ends (the seed's audit table): every halt reason belongs to one.
@@ -97,7 +100,7 @@ impl VerifierFailure {
 }
 
 impl Intervention {
-    const ALL: [Intervention; 7] = [
+    const ALL: [Intervention; 8] = [
         Intervention::ContextBelowFloor,
         Intervention::BlastRadius,
         Intervention::HarnessFailing,
@@ -105,6 +108,7 @@ impl Intervention {
         Intervention::ConfigChanged,
         Intervention::NodeFailed,
         Intervention::SandboxUnavailable,
+        Intervention::CredentialExposed,
     ];
 
     fn as_str(self) -> &'static str {
@@ -116,6 +120,7 @@ impl Intervention {
             Intervention::ConfigChanged => "config_changed",
             Intervention::NodeFailed => "node_failed",
             Intervention::SandboxUnavailable => "sandbox_unavailable",
+            Intervention::CredentialExposed => "credential_exposed",
         }
     }
 }

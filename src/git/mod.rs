@@ -6,6 +6,7 @@
 
 #[cfg(unix)]
 mod clean;
+pub mod credentials;
 mod local;
 pub mod remote;
 

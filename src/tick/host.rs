@@ -208,29 +208,61 @@ impl<'a> Tick<'a> {
             Some(end) if !p.nodes.iter().any(|n| n.spec.gates()) => return ended(end),
             Some(_) => {}
             // Only a tick that will run agents says what the sandbox can do.
-            None => match self.confine.verdict() {
-                super::confine::Verdict::Ok => {}
-                super::confine::Verdict::Weaker(what) => self.event(
-                    Event::Warn,
-                    &[LogArg::Kv(
-                        "msg",
-                        format!("sandbox: {what}; agents run with less confinement"),
-                    )],
-                ),
-                super::confine::Verdict::Refused(why) => {
-                    return ended(End::Halt(
-                        HaltReason::HumanIntervention(
-                            crate::reason::Intervention::SandboxUnavailable,
-                        ),
-                        Some(format!(
-                            "{why}; no agent ran ([sandbox] mode = \"enforce\")"
-                        )),
-                    ));
+            None => {
+                if let Some(end) = self.credentials() {
+                    return ended(end);
                 }
-            },
+                match self.confine.verdict() {
+                    super::confine::Verdict::Ok => {}
+                    super::confine::Verdict::Weaker(what) => self.event(
+                        Event::Warn,
+                        &[LogArg::Kv(
+                            "msg",
+                            format!("sandbox: {what}; agents run with less confinement"),
+                        )],
+                    ),
+                    super::confine::Verdict::Refused(why) => {
+                        return ended(End::Halt(
+                            HaltReason::HumanIntervention(
+                                crate::reason::Intervention::SandboxUnavailable,
+                            ),
+                            Some(format!(
+                                "{why}; no agent ran ([sandbox] mode = \"enforce\")"
+                            )),
+                        ));
+                    }
+                }
+            }
         }
         let w = crate::exec::walk(p, scope, self, parallel);
         self.settle(w)
+    }
+
+    /// A credential in the repository's git configuration, which the tick's processes
+    /// could read (DESIGN §16): `enforce` halts before any agent runs, `auto` and `off`
+    /// say where each one is and how to take it out.
+    fn credentials(&self) -> Option<End> {
+        let found = crate::git::credentials::exposed(&self.paths.project);
+        if found.is_empty() {
+            return None;
+        }
+        if self.loaded.config.sandbox.mode == crate::config::SandboxMode::Enforce {
+            let list: Vec<String> = found.iter().map(ToString::to_string).collect();
+            return Some(End::Halt(
+                HaltReason::HumanIntervention(crate::reason::Intervention::CredentialExposed),
+                Some(format!(
+                    "{}; no agent ran ([sandbox] mode = \"enforce\")",
+                    list.join("; ")
+                )),
+            ));
+        }
+        for f in found {
+            self.event(
+                Event::Warn,
+                &[LogArg::Kv("msg", format!("credential: {f}"))],
+            );
+        }
+        None
     }
 
     /// The spend so far, and the first budget it crossed.

@@ -3,5 +3,6 @@
 //! processes racing: exactly one tick per slot, faults that lose nothing of record,
 //! humans from any clone, credentials that never reach an agent.
 
+mod credentials;
 mod faults;
 mod race;
