@@ -125,3 +125,13 @@ pub(crate) fn publish(paths: &LoopPaths) -> Result<(), i32> {
         Err(e) => Err(report(&e)),
     }
 }
+
+/// Before `status` lists loop `paths`: a remote loop's cache refreshed from its record; a
+/// remote that cannot be reached is said, and the last record fetched is shown.
+pub(crate) fn refresh_listed(paths: &LoopPaths, shown_as: &str) {
+    if let Err(e) = human::refresh_cache(paths) {
+        eprintln!(
+            "warning: {shown_as}: its record could not be fetched ({e}); showing the last one fetched"
+        );
+    }
+}

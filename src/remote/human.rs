@@ -34,6 +34,26 @@ pub fn refresh(l: &RemoteLoop<'_>, sync: bool) -> Result<Snapshot, RemoteError> 
     Ok(snap)
 }
 
+/// For the commands that only read (`status`, the dashboard): refreshes the cache of the
+/// loop at `paths` from its record when it is a remote loop whose tick is not running in
+/// this clone right now. `Ok(false)`: nothing to refresh (a local loop, a running tick,
+/// a loop the remote does not have).
+pub fn refresh_cache(paths: &crate::state::LoopPaths) -> Result<bool, String> {
+    if paths.tick_seen_running() {
+        return Ok(false);
+    }
+    let l = match RemoteLoop::open(paths) {
+        Ok(Some(l)) => l,
+        Ok(None) | Err(super::OpenError::Config(_)) => return Ok(false),
+        Err(super::OpenError::Remote(e)) => return Err(e.to_string()),
+    };
+    match refresh(&l, false) {
+        Ok(_) => Ok(true),
+        Err(RemoteError::Untracked { .. }) => Ok(false),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn untracked(l: &RemoteLoop<'_>) -> RemoteError {
     RemoteError::Untracked {
         name: l.paths.name.clone(),

@@ -5,4 +5,5 @@
 
 mod credentials;
 mod faults;
+mod humans;
 mod race;
