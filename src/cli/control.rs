@@ -83,6 +83,13 @@ fn evaluate_gate(project: &Path, name: &str) -> Result<crate::brakes::GateReport
         .map_err(|e| report(&RunError::State(e)))?;
     let cfg = config(&paths, project)?;
     let work = crate::work_source::WorkSourceReader::new(&cfg, &state, &paths, false);
+    if cfg.remote.is_some() {
+        // A remote loop's worktree is made from its branch when a tick begins, wherever
+        // it runs: a clone without one yet may still tick.
+        return Ok(crate::brakes::evaluate_at(
+            &cfg, &state, &paths, &work, None,
+        ));
+    }
     Ok(crate::brakes::evaluate(&cfg, &state, &paths, &work))
 }
 

@@ -237,7 +237,9 @@ fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths
         }
     };
     let paths = LoopPaths::new(&project, name);
-    if !paths.state.exists() {
+    // A remote loop's state is its record's: a clone without the cache still schedules it.
+    let remote_loop = crate::remote::configured(&paths).ok().flatten();
+    if !paths.state.exists() && remote_loop.is_none() {
         eprintln!(
             "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",
             project.display()
@@ -265,6 +267,13 @@ fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths
             return Err(exit::STATE);
         }
     };
+    let record = loaded.config.remote.as_ref().map(|r| schedule::Record {
+        remote: r.name.clone(),
+        url: crate::git::remote::url(&project, &r.name)
+            .map(|u| crate::git::credentials::without_userinfo(&u)),
+        tick: crate::remote::tick_limit(&loaded),
+        lease: crate::remote::lease_duration(&loaded, r.lease_margin),
+    });
     let t = Target {
         exe,
         project: project.clone(),
@@ -273,6 +282,7 @@ fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths
         loop_dir: paths.dir.clone(),
         path_env: std::env::var("PATH").ok().filter(|p| !p.is_empty()),
         remote,
+        record,
     };
     Ok((paths, t))
 }

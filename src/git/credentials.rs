@@ -143,6 +143,19 @@ fn found(file: &Path, line: usize, what: String, section: &str) -> Exposed {
     }
 }
 
+/// `url` without any user name or password (fit to be written into a generated file):
+/// `https://tok@host/r` → `https://host/r`; an scp-like `git@host:r` stays as it is.
+pub fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => url.to_string(),
+    }
+}
+
 /// Whether `s` is a URL carrying a credential: `scheme://user:password@host` or a user
 /// name that is a token (`https://ghp_…@github.com`). Says which, never the value.
 fn url_credential(s: &str) -> Option<&'static str> {
@@ -188,6 +201,14 @@ mod tests {
         assert_eq!(url_credential("ssh://git@host/r"), None);
         assert_eq!(url_credential("https://github.com/o/r@v1"), None);
         assert_eq!(url_credential("origin"), None);
+        assert_eq!(
+            without_userinfo("https://x:ghs_1@github.com/o/r@v1"),
+            "https://github.com/o/r@v1"
+        );
+        assert_eq!(
+            without_userinfo("git@github.com:o/r.git"),
+            "git@github.com:o/r.git"
+        );
     }
 
     #[test]

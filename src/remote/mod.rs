@@ -14,7 +14,7 @@ pub mod human;
 mod lease;
 pub mod tick;
 
-pub use lease::{Lease, tick_limit};
+pub use lease::{Lease, duration as lease_duration, tick_limit};
 
 /// How many slots the record remembers (a slot older than all of them is not recognised).
 const SLOTS_KEPT: usize = 256;

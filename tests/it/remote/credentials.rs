@@ -5,42 +5,13 @@
 //! that looks everywhere for the token and copies what it finds into the branch.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::support::remote::{Remote, Transport};
+use crate::support::remote::{
+    Remote, Transport, clone_with_token, header, start_with_token as start_tok,
+};
 use crate::support::{LoopToml, Project, git};
 
 const TOKEN: &str = "ghs_s3cr3tT0kenThatMustNeverLeakAnywhere0123";
-
-/// `Authorization: Basic base64(x-access-token:TOKEN)`, as the test's own git sends it.
-fn header() -> String {
-    let b64 = Command::new("base64")
-        .arg("-w0")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin
-                .take()
-                .expect("stdin")
-                .write_all(format!("x-access-token:{TOKEN}").as_bytes())?;
-            c.wait_with_output()
-        })
-        .expect("base64");
-    format!(
-        "http.extraHeader=Authorization: Basic {}",
-        String::from_utf8_lossy(&b64.stdout).trim()
-    )
-}
-
-/// The test's own git with the token for this command only.
-fn git_auth(dir: &Path, args: &[&str]) {
-    let h = header();
-    let mut all = vec!["-c", &h];
-    all.extend(args);
-    git(dir, &all);
-}
 
 /// An agent that hunts for the token (its environment, every process's environment it can
 /// read, the repository's git configuration, git's view of it) and writes all of it into
@@ -80,29 +51,6 @@ fn loop_toml(agent: &Path, mode: &str) -> LoopToml {
         .table("sandbox", &format!("mode = \"{mode}\""))
 }
 
-/// A human's checkout with loop `r` started on `remote` and its loop.toml pushed, all
-/// through the token.
-fn start(remote: &Remote, toml: &LoopToml) -> Project {
-    let p = Project::git();
-    p.git_cmd(&["remote", "add", "origin", &remote.url]);
-    git_auth(p.path(), &["push", "-q", "origin", "main"]);
-    let r = p.lf_env(
-        &["create", "--loop", "r", "--task", "t", "--remote", "origin"],
-        &[("LOOPFLOW_GIT_TOKEN", TOKEN)],
-    );
-    assert_eq!(r.code, 0, "{r:?}");
-    p.loop_toml("r", &toml.render());
-    p.commit_all("the loop");
-    git_auth(p.path(), &["push", "-q", "origin", "main"]);
-    p
-}
-
-fn runner(remote: &Remote) -> Project {
-    let p = Project::new();
-    git_auth(p.path(), &["clone", "-q", &remote.url, "."]);
-    p
-}
-
 /// The attack of record: the token lives only in `LOOPFLOW_GIT_TOKEN`, loopflow's git
 /// authenticates with it (the server saw it), and the agent, under the default sandbox,
 /// finds it nowhere: the branch it pushed holds its loot, and no token.
@@ -110,8 +58,13 @@ fn runner(remote: &Remote) -> Project {
 fn the_token_never_reaches_the_agent() {
     let remote = Remote::with_token(Transport::Http, Some(TOKEN));
     let tools = tempfile::tempdir().expect("tempdir");
-    let _human = start(&remote, &loop_toml(&thief(tools.path()), "auto"));
-    let r = runner(&remote);
+    let _human = start_tok(
+        &remote,
+        "r",
+        &loop_toml(&thief(tools.path()), "auto"),
+        TOKEN,
+    );
+    let r = clone_with_token(&remote, TOKEN);
     let out = r.lf_env(
         &["run", "--loop", "r", "--json"],
         &[("LOOPFLOW_GIT_TOKEN", TOKEN)],
@@ -123,7 +76,7 @@ fn the_token_never_reaches_the_agent() {
         loot.contains("LOOPFLOW_LOOP=r"),
         "the agent ran and its loot landed: {loot}"
     );
-    let b64 = header();
+    let b64 = header(TOKEN);
     let b64 = b64.rsplit(' ').next().expect("b64");
     assert!(!loot.contains(TOKEN), "the token leaked:\n{loot}");
     assert!(!loot.contains(b64), "the token's header leaked:\n{loot}");
@@ -150,7 +103,7 @@ fn a_token_in_git_config_is_refused_under_enforce_and_named_under_auto() {
     let agent = thief(tools.path());
     let human = start_plain(&remote, &loop_toml(&agent, "enforce"));
     let r = remote.clone();
-    let b64 = header();
+    let b64 = header(TOKEN);
     let b64 = b64.rsplit(' ').next().expect("b64").to_string();
     git(
         r.path(),

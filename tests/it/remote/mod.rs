@@ -7,3 +7,4 @@ mod credentials;
 mod faults;
 mod humans;
 mod race;
+mod schedulers;

@@ -351,3 +351,59 @@ pub fn faketime_lib() -> Option<PathBuf> {
     }
     lib
 }
+
+/// `http.extraHeader=Authorization: Basic base64(x-access-token:TOKEN)`, as the test's own
+/// git sends it.
+pub fn header(token: &str) -> String {
+    let b64 = Command::new("base64")
+        .arg("-w0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin
+                .take()
+                .expect("stdin")
+                .write_all(format!("x-access-token:{token}").as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("base64");
+    format!(
+        "http.extraHeader=Authorization: Basic {}",
+        String::from_utf8_lossy(&b64.stdout).trim()
+    )
+}
+
+/// The test's own git with the token for this command only.
+pub fn git_auth(dir: &Path, token: &str, args: &[&str]) {
+    let h = header(token);
+    let mut all = vec!["-c", &h];
+    all.extend(args);
+    git(dir, &all);
+}
+
+/// [`start_loop`] on a remote that requires `token`: the human's git and loopflow use it.
+pub fn start_with_token(remote: &Remote, name: &str, toml: &LoopToml, token: &str) -> Project {
+    let p = Project::git();
+    p.git_cmd(&["remote", "add", "origin", &remote.url]);
+    git_auth(p.path(), token, &["push", "-q", "origin", "main"]);
+    let r = p.lf_env(
+        &[
+            "create", "--loop", name, "--task", "t", "--remote", "origin",
+        ],
+        &[("LOOPFLOW_GIT_TOKEN", token)],
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    p.loop_toml(name, &toml.render());
+    p.commit_all("the loop");
+    git_auth(p.path(), token, &["push", "-q", "origin", "main"]);
+    p
+}
+
+/// A clone made through `token`.
+pub fn clone_with_token(remote: &Remote, token: &str) -> Project {
+    let p = Project::new();
+    git_auth(p.path(), token, &["clone", "-q", &remote.url, "."]);
+    p
+}
