@@ -118,9 +118,6 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
     }
     match crate::create::create(project, &o) {
         Ok(paths) => {
-            if let Err(code) = super::remote::publish(&paths) {
-                return code;
-            }
             if adopting {
                 outln!(
                     "started loop `{}` from the loop.toml already in {}",
@@ -129,6 +126,9 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
                 );
             } else {
                 outln!("created loop `{}` in {}", a.loop_name, paths.dir.display());
+            }
+            if let Err(code) = super::remote::publish(&paths) {
+                return code;
             }
             let config = crate::load::config(&paths, project).ok();
             // What the loop's own loop.toml says (an adopted one may turn worktrees off).

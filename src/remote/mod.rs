@@ -53,6 +53,10 @@ pub enum RemoteError {
     Contended(String),
     #[error("{0}")]
     Refused(String),
+    #[error(
+        "remote {remote} did not take the tick's result ({why}); nothing of it was recorded, and once its lease ends the next tick records it as aborted, with the spend it checkpointed"
+    )]
+    Unsettled { remote: String, why: String },
 }
 
 /// The record the state ref's commit holds.

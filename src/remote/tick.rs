@@ -358,6 +358,7 @@ impl Session<'_> {
         let lines = log.get(self.base_log..).unwrap_or_default().to_vec();
         let branch = self.l.branch_update(self.fetched_branch.as_deref());
         let mut fenced = self.fenced.load(Ordering::SeqCst);
+        let mut why = String::new();
         for _ in 0..ATTEMPTS {
             if fenced {
                 break;
@@ -385,15 +386,22 @@ impl Session<'_> {
                 fenced = true;
                 break;
             }
-            if matches!(pushed, Pushed::Unknown(_)) {
+            if let Pushed::Unknown(e) = &pushed {
                 // The remote did not answer: give it a moment before the next try.
+                why = e.lines().last().unwrap_or_default().to_string();
                 std::thread::sleep(std::time::Duration::from_millis(500));
             }
             commit = now.commit;
             at = now.record;
         }
-        if !fenced {
+        if !fenced && why.is_empty() {
             return Err(RemoteError::Contended(self.l.cfg.name.clone()));
+        }
+        if !fenced {
+            return Err(RemoteError::Unsettled {
+                remote: self.l.cfg.name.clone(),
+                why,
+            });
         }
         let orphans = match branch {
             None => None,

@@ -211,6 +211,7 @@ fn a_remote_answering_503_loses_nothing_of_record() {
     remote.faults(r#"{"pass_pushes": 4, "fail_pushes": 100, "status": 503}"#);
     let r = a.lf(&["run", "--loop", "r", "--json"]);
     assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("did not take the tick's result"), "{r:?}");
     remote.faults("{}");
     let r = tick_after_expiry(&b);
     assert_eq!(r.json()["outcome"], "tick", "{r:?}");
