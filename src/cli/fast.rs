@@ -43,13 +43,17 @@ pub(super) fn parse(args: impl Iterator<Item = OsString>) -> Option<Cli> {
             return None;
         }
     }
-    // Without `--project`, clap would read `LOOPFLOW_PROJECT`: leave that to it (and
-    // `LOOPFLOW_SLOT` without `--slot`).
-    if !run
-        || (project.is_none() && std::env::var_os("LOOPFLOW_PROJECT").is_some())
-        || (slot.is_none() && std::env::var_os("LOOPFLOW_SLOT").is_some())
-    {
+    // Without `--project`, clap would read `LOOPFLOW_PROJECT`: leave that to it.
+    if !run || (project.is_none() && std::env::var_os("LOOPFLOW_PROJECT").is_some()) {
         return None;
+    }
+    // Without `--slot`, `LOOPFLOW_SLOT` as clap reads it (the daemon sets it).
+    if slot.is_none() {
+        match std::env::var_os("LOOPFLOW_SLOT").map(|v| v.into_string()) {
+            None => {}
+            Some(Ok(v)) if !v.is_empty() => slot = Some(v),
+            Some(_) => return None,
+        }
     }
     Some(Cli {
         project: project.into_iter().collect(),
@@ -81,8 +85,7 @@ mod tests {
 
     #[test]
     fn reads_what_clap_reads_or_leaves_it_to_clap() {
-        let env_set = std::env::var_os("LOOPFLOW_PROJECT").is_some()
-            || std::env::var_os("LOOPFLOW_SLOT").is_some();
+        let env_set = std::env::var_os("LOOPFLOW_PROJECT").is_some();
         let taken = [
             &["run", "--loop", "a"][..],
             &["run", "--loop", "a", "--project", "/p"],
