@@ -200,3 +200,24 @@ fn runners_neither_start_nor_reset_a_loop() {
     assert!(c.stderr.contains("already lives on remote origin"), "{c:?}");
     assert!(!other.loop_dir("r").exists());
 }
+
+/// The dashboard of a clone that never ticked the loop shows it from its record.
+#[test]
+fn the_dashboard_shows_a_remote_loop_from_its_record() {
+    let remote = Remote::new(Transport::File);
+    let tools = tempfile::tempdir().expect("tempdir");
+    let _human = start_loop(&remote, "r", &remote_toml(&quick_agent(tools.path())));
+    let runner = remote.clone();
+    tick(&runner);
+    tick(&runner);
+    let laptop = remote.clone();
+    let d = crate::dashboard::Dashboard::start_with(&laptop, &[]);
+    let (code, _, body) = d.get("/api/status");
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("json");
+    let r = v["loops"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["name"] == "r"))
+        .unwrap_or_else(|| panic!("loop r listed: {v}"));
+    assert_eq!(r["iteration_count"], 2, "{r}");
+}
