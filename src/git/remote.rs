@@ -407,6 +407,13 @@ impl super::Linked {
             .map(|_| ())
     }
 
+    /// Moves the branch and the worktree to `commit` keeping uncommitted changes, or
+    /// refuses where they would be lost (`reset --keep`): a human's clone.
+    pub fn reset_keep(&self, commit: &str) -> Result<(), GitError> {
+        self.out(&["reset", "-q", "--keep", commit, "--"], "reset --keep")
+            .map(|_| ())
+    }
+
     /// Removes untracked files and directories (ignored ones stay: build caches).
     pub fn remove_untracked(&self) -> Result<(), GitError> {
         self.out(&["clean", "-q", "-d", "--force"], "clean")

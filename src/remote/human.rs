@@ -76,7 +76,14 @@ fn sync_branch(l: &RemoteLoop<'_>, tip: Option<&str>) -> Result<(), RemoteError>
     if wt.join(".git").exists() {
         let linked = crate::git::Linked::open(&paths.project, &wt, &l.branch_ref())
             .map_err(|e| RemoteError::Refused(format!("loop {}'s worktree: {e}", paths.name)))?;
-        return linked.reset_hard(tip).map_err(|e| l.err(e));
+        // A human's clone: its worktree's uncommitted changes are never thrown away.
+        return linked.reset_keep(tip).map_err(|e| {
+            RemoteError::Refused(format!(
+                "loop {}'s worktree {} cannot follow the remote's branch without losing what is uncommitted there ({e}); commit, stash or remove it, then run this again",
+                paths.name,
+                wt.display()
+            ))
+        });
     }
     crate::git::remote::set_ref(&paths.project, &l.branch_ref(), tip).map_err(|e| l.err(e))
 }
