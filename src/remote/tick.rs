@@ -285,7 +285,8 @@ impl Session<'_> {
     }
 
     /// After a node: when it spawned anything, pushes the tick's spend so far into the
-    /// lease, so a runner killed mid-tick loses at most one node's spend. Best effort: a
+    /// lease, so a runner killed mid-tick loses at most one node's spend (and the seconds
+    /// of nodes that reported nothing else and ran under a second each). Best effort: a
     /// failed push only means the next checkpoint (or the settle) carries it.
     pub fn checkpoint(&self, spent: &Spent) {
         let spawns = crate::process::spawn_count();
@@ -295,6 +296,20 @@ impl Session<'_> {
         let Ok(mut held) = self.held.lock() else {
             return;
         };
+        // A push costs a round trip or two: a node that reported no money or tokens and
+        // took under a second is carried by the next checkpoint (or the settle) instead.
+        let last = held
+            .record
+            .lease
+            .as_ref()
+            .map(|l| l.spent.clone())
+            .unwrap_or_default();
+        if spent.usd == last.usd
+            && spent.tokens == last.tokens
+            && spent.seconds - last.seconds < 1.0
+        {
+            return;
+        }
         for _ in 0..3 {
             let mut rec = held.record.clone();
             if let Some(lease) = rec.lease.as_mut() {
