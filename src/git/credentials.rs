@@ -38,9 +38,12 @@ const MAX_FILE: u64 = 1 << 20;
 /// The credentials in the configuration of the repository `project` is in: its common
 /// `config`, every `config.worktree`, what they include, and the system's `/etc/gitconfig`
 /// (agents read `/etc`). The user's global config is not readable by a tick's processes.
+/// Found without starting git: a tick reads a few small files for it.
 pub fn exposed(project: &Path) -> Vec<Exposed> {
     let mut files = vec![PathBuf::from("/etc/gitconfig")];
-    if let Ok(common) = super::common_dir(project) {
+    // From the files alone: a tick of a project outside any repository starts no git for
+    // this (a layout only git can read — another owner's, across a mount — is not looked at).
+    if let Some(common) = super::local::common_dir(project) {
         files.push(common.join("config"));
         files.push(common.join("config.worktree"));
         if let Ok(rd) = std::fs::read_dir(common.join("worktrees")) {
