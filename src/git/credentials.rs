@@ -40,28 +40,39 @@ const MAX_FILE: u64 = 1 << 20;
 /// (agents read `/etc`). The user's global config is not readable by a tick's processes.
 /// Found without starting git: a tick reads a few small files for it.
 pub fn exposed(project: &Path) -> Vec<Exposed> {
-    let mut files = vec![PathBuf::from("/etc/gitconfig")];
+    let mut out = Vec::new();
+    scan(Path::new("/etc/gitconfig"), 0, &mut out);
     // From the files alone: a tick of a project outside any repository starts no git for
     // this (a layout only git can read — another owner's, across a mount — is not looked at).
-    if let Some(common) = super::local::common_dir(project) {
-        files.push(common.join("config"));
-        files.push(common.join("config.worktree"));
+    let Some(common) = super::local::common_dir(project) else {
+        return out;
+    };
+    let config = common.join("config");
+    let Ok(bytes) = crate::fs_safe::head(&config, MAX_FILE) else {
+        return out;
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    scan_text(&config, &text, 0, &mut out);
+    // `config.worktree` files count only where the repository turned them on.
+    if text.to_ascii_lowercase().contains("worktreeconfig") {
+        let mut more = vec![common.join("config.worktree")];
         if let Ok(rd) = std::fs::read_dir(common.join("worktrees")) {
-            files.extend(rd.flatten().map(|e| e.path().join("config.worktree")));
+            more.extend(rd.flatten().map(|e| e.path().join("config.worktree")));
         }
-    }
-    let mut out = Vec::new();
-    for f in files {
-        scan(&f, 0, &mut out);
+        for f in more {
+            scan(&f, 0, &mut out);
+        }
     }
     out
 }
 
 fn scan(file: &Path, depth: usize, out: &mut Vec<Exposed>) {
-    let Ok(bytes) = crate::fs_safe::head(file, MAX_FILE) else {
-        return;
-    };
-    let text = String::from_utf8_lossy(&bytes);
+    if let Ok(bytes) = crate::fs_safe::head(file, MAX_FILE) {
+        scan_text(file, &String::from_utf8_lossy(&bytes), depth, out);
+    }
+}
+
+fn scan_text(file: &Path, text: &str, depth: usize, out: &mut Vec<Exposed>) {
     let mut section = String::new();
     let mut sub = String::new();
     for (i, raw) in text.lines().enumerate() {
