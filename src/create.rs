@@ -113,6 +113,8 @@ pub struct CreateOptions<'a> {
     pub worktree: bool,
     /// What the roles run, in place of the template's (`None`: as the template says).
     pub harness: Option<Harness>,
+    /// `[remote] name`: the loop's state of record lives on this git remote (DESIGN §16).
+    pub remote: Option<String>,
 }
 
 /// A new loop's agent and models (`--agent`, `--model`, `--verify-model`; the demo's
@@ -276,6 +278,13 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     if !o.worktree {
         toml = toml.replace("[worktree]\nenabled = true", "[worktree]\nenabled = false");
     }
+    if let Some(r) = &o.remote {
+        toml.push_str(&format!(
+            "\n# The loop's state of record lives in the repository on this remote: any runner\n# ticks it, any clone approves it (`refs/loopflow/{}/state`).\n[remote]\nname = {}\n",
+            o.name,
+            toml_string(r)
+        ));
+    }
     write_schemas(project)?;
     let toml = retarget_schema(&toml, "../../schemas/loop.schema.json");
     std::fs::write(paths.dir.join("loop.toml"), toml).map_err(io(&paths.dir))?;
@@ -360,9 +369,9 @@ fn adopt(
     o: &CreateOptions<'_>,
     paths: LoopPaths,
 ) -> Result<LoopPaths, CreateError> {
-    if o.harness.is_some() {
+    if o.harness.is_some() || o.remote.is_some() {
         return Err(CreateError::Usage(format!(
-            "loop `{}` already has its configuration ({}); create starts it as it is, so edit that file instead of passing --agent, --model or --verify-model",
+            "loop `{}` already has its configuration ({}); create starts it as it is, so edit that file instead of passing --agent, --model, --verify-model or --remote",
             o.name,
             paths.config().display()
         )));

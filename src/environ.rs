@@ -101,6 +101,11 @@ impl Environ {
 
     /// Whether a process that may also see `extra` (its preset's `env`) sees `name`.
     pub fn passes(&self, name: &str, extra: &[String]) -> bool {
+        // loopflow's own git credential (DESIGN §16) reaches no spawned process, whatever
+        // `[sandbox] env` says: only loopflow's own git processes get it.
+        if name == crate::git::remote::TOKEN_VAR || name == crate::git::remote::TOKEN_FILE_VAR {
+            return false;
+        }
         let proxy = PROXY.contains(&name);
         if proxy && self.own_proxy {
             return false;
@@ -211,5 +216,10 @@ mod tests {
             ..SandboxConfig::default()
         };
         assert!(Environ::new(&all, true).passes("GITHUB_TOKEN", &[]));
+        // loopflow's own git credential passes nowhere, `env = ["*"]` and presets included.
+        for token in ["LOOPFLOW_GIT_TOKEN", "LOOPFLOW_GIT_TOKEN_FILE"] {
+            assert!(!Environ::new(&all, true).passes(token, &[token.to_string()]));
+            assert!(!e.passes(token, &preset), "{token}");
+        }
     }
 }

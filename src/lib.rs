@@ -36,6 +36,7 @@ mod preset;
 mod process;
 mod projects;
 mod reason;
+mod remote;
 mod review;
 mod sandbox;
 mod schedule;

@@ -46,6 +46,9 @@ pub enum Intervention {
     SandboxUnavailable,
     /// The tick's work could not be staged, checked or committed.
     CommitFailed,
+    /// The repository's git configuration holds a credential a tick's processes could
+    /// read (`[sandbox] mode = "enforce"` refuses to run agents beside it).
+    CredentialExposed,
 }
 
 /// The five ways a run ends (the seed's audit table): every halt reason belongs to one.
@@ -99,7 +102,7 @@ impl VerifierFailure {
 }
 
 impl Intervention {
-    const ALL: [Intervention; 8] = [
+    const ALL: [Intervention; 9] = [
         Intervention::ContextBelowFloor,
         Intervention::BlastRadius,
         Intervention::HarnessFailing,
@@ -108,6 +111,7 @@ impl Intervention {
         Intervention::NodeFailed,
         Intervention::SandboxUnavailable,
         Intervention::CommitFailed,
+        Intervention::CredentialExposed,
     ];
 
     fn as_str(self) -> &'static str {
@@ -120,6 +124,7 @@ impl Intervention {
             Intervention::NodeFailed => "node_failed",
             Intervention::SandboxUnavailable => "sandbox_unavailable",
             Intervention::CommitFailed => "commit_failed",
+            Intervention::CredentialExposed => "credential_exposed",
         }
     }
 }
@@ -213,8 +218,10 @@ pub enum SkipReason {
     When(String),
     /// The walk ended without reaching a commit node.
     NoCommit,
-    /// Another tick holds the loop's lock.
+    /// Another tick holds the loop's lock (or, for a remote loop, its lease).
     Locked,
+    /// A remote loop's slot was already ticked by some runner (DESIGN §16).
+    SlotTaken,
     /// The loop directory has no state file.
     Untracked,
     /// No such loop directory.
@@ -247,6 +254,7 @@ impl fmt::Display for SkipReason {
             SkipReason::When(n) => write!(f, "when:{n}"),
             SkipReason::NoCommit => f.write_str("no_commit"),
             SkipReason::Locked => f.write_str("locked"),
+            SkipReason::SlotTaken => f.write_str("slot_taken"),
             SkipReason::Untracked => f.write_str("untracked"),
             SkipReason::UnknownLoop => f.write_str("unknown_loop"),
             SkipReason::DryRun => f.write_str("dry_run"),

@@ -136,6 +136,20 @@ pub mod files {
         pub worktree: Option<WorktreeFile>,
         pub sandbox: Option<SandboxFile>,
         pub notify: Option<NotifyFile>,
+        pub remote: Option<RemoteFile>,
+    }
+
+    /// The loop's state of record lives in its repository, on this remote: any runner
+    /// ticks it, any clone approves it (DESIGN §16).
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    pub struct RemoteFile {
+        /// The git remote the loop's state ref and branch live on (default "origin").
+        pub name: Option<String>,
+        /// How long a runner's lease outlives the tick's longest possible run, e.g. "5m"
+        /// (the default).
+        pub lease_margin: Option<String>,
     }
 
     #[derive(Deserialize, JsonSchema)]

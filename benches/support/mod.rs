@@ -101,6 +101,7 @@ fn create_loop(project: &Path, name: &str, worktree: bool) -> LoopPaths {
         task: Some("benchmark".into()),
         worktree,
         harness: None,
+        remote: None,
     };
     create(project, &o).expect("create loop")
 }

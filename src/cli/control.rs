@@ -8,6 +8,7 @@ use clap::Args;
 use super::{config, open, report};
 use crate::exit;
 use crate::out::{self, outln};
+use crate::remote::human::Guard;
 use crate::tick::RunError;
 
 #[derive(Args, Debug)]
@@ -82,6 +83,13 @@ fn evaluate_gate(project: &Path, name: &str) -> Result<crate::brakes::GateReport
         .map_err(|e| report(&RunError::State(e)))?;
     let cfg = config(&paths, project)?;
     let work = crate::work_source::WorkSourceReader::new(&cfg, &state, &paths, false);
+    if cfg.remote.is_some() {
+        // A remote loop's worktree is made from its branch when a tick begins, wherever
+        // it runs: a clone without one yet may still tick.
+        return Ok(crate::brakes::evaluate_at(
+            &cfg, &state, &paths, &work, None,
+        ));
+    }
     Ok(crate::brakes::evaluate(&cfg, &state, &paths, &work))
 }
 
@@ -134,7 +142,15 @@ pub fn halt(project: &Path, a: HaltArgs) -> i32 {
         Ok(x) => x,
         Err(c) => return c,
     };
-    match crate::lifecycle::human_halt(&paths, &a.reason) {
+    // A human may always stop a loop, even during a tick (whose settle keeps the halt).
+    let halted = super::remote::write(&paths, Guard::AllowLease, false, || {
+        crate::lifecycle::human_halt(&paths, &a.reason)
+    });
+    let halted = match halted {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    match halted {
         Ok(reason) => {
             outln!(
                 "halted loop {}: {}",
@@ -180,14 +196,22 @@ pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
             .or_else(|| std::env::var("USERNAME").ok())
             .unwrap_or_else(|| "unknown".into());
     let extend = a.extend.unwrap_or(0);
-    let approved = match crate::lifecycle::approve(
-        &paths,
-        &crate::lifecycle::Approve {
-            by: &by,
-            note: a.note.as_deref(),
-            extend,
-        },
-    ) {
+    // A remote loop: refused while any runner holds its lease, as the lock refuses it here.
+    let approved = super::remote::write(&paths, Guard::RefuseLease, true, || {
+        crate::lifecycle::approve(
+            &paths,
+            &crate::lifecycle::Approve {
+                by: &by,
+                note: a.note.as_deref(),
+                extend,
+            },
+        )
+    });
+    let approved = match approved {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let approved = match approved {
         Ok(x) => x,
         Err(crate::lifecycle::ApproveError::TickRunning(n)) => {
             eprintln!("error: {}", crate::lifecycle::ApproveError::TickRunning(n));
@@ -230,7 +254,14 @@ pub fn transition(project: &Path, a: TransitionArgs) -> i32 {
         eprintln!("error: a phase is one word, e.g. `implement`, `review`, `done`");
         return exit::USAGE;
     }
-    match crate::lifecycle::transition(&paths, &a.to) {
+    let moved = super::remote::write(&paths, Guard::AllowLease, false, || {
+        crate::lifecycle::transition(&paths, &a.to)
+    });
+    let moved = match moved {
+        Ok(m) => m,
+        Err(code) => return code,
+    };
+    match moved {
         Ok(from) => {
             outln!(
                 "loop {}: phase {} → {}",

@@ -23,8 +23,13 @@ pub struct CreateArgs {
     #[arg(long)]
     pub task: Option<String>,
     /// Work in the project checkout instead of a git worktree of its own.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "remote")]
     pub no_worktree: bool,
+    /// Keep the loop's state of record in the repository on this git remote (`origin`):
+    /// pushed as `refs/loopflow/<loop>/state` only if it is not there yet; then any
+    /// runner ticks it and any clone approves it.
+    #[arg(long, value_name = "REMOTE")]
+    pub remote: Option<String>,
     #[command(flatten)]
     pub agent: AgentArgs,
 }
@@ -90,10 +95,27 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
         task: a.task.clone(),
         worktree: !a.no_worktree,
         harness: a.agent.harness(),
+        remote: a.remote.clone(),
     };
     // A loop directory committed with its loop.toml but never started (a fresh clone).
     let adopting = crate::state::check_loop_name(&a.loop_name).is_ok()
         && crate::create::adoptable(&crate::state::LoopPaths::new(project, &a.loop_name));
+    let paths = crate::state::LoopPaths::new(project, &a.loop_name);
+    if crate::state::check_loop_name(&a.loop_name).is_ok() {
+        if let Some(r) = &a.remote
+            && let Err(code) = super::remote::check_new(&paths, r)
+        {
+            return code;
+        }
+        // A committed loop.toml with [remote]: the remote may have the loop already.
+        if a.remote.is_none()
+            && adopting
+            && let Ok(Some(r)) = crate::remote::configured(&paths)
+            && let Err(code) = super::remote::check_new(&paths, &r.name)
+        {
+            return code;
+        }
+    }
     match crate::create::create(project, &o) {
         Ok(paths) => {
             if adopting {
@@ -104,6 +126,9 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
                 );
             } else {
                 outln!("created loop `{}` in {}", a.loop_name, paths.dir.display());
+            }
+            if let Err(code) = super::remote::publish(&paths) {
+                return code;
             }
             let config = crate::load::config(&paths, project).ok();
             // What the loop's own loop.toml says (an adopted one may turn worktrees off).

@@ -85,6 +85,11 @@ fn start_tick(exe: &Path, project: &Path, name: &str, a: &DaemonArgs) -> Result<
     if a.json {
         cmd.arg("--json");
     }
+    // On each loop's own schedule, a loop whose state lives in its repository is ticked
+    // once per firing, however many machines run a daemon for it (a local loop ignores it).
+    if a.interval.is_none() && std::env::var_os("LOOPFLOW_SLOT").is_none() {
+        cmd.env("LOOPFLOW_SLOT", "auto");
+    }
     cmd.stdin(std::process::Stdio::null());
     let child = cmd
         .spawn()

@@ -56,13 +56,35 @@ fn open_browser(url: &str) {
     }
 }
 
+/// Keeps the caches of the remote loops of `dirs` fresh (DESIGN §16): fetched now, then
+/// every 30 s in the background; the page follows the cache files as it follows any
+/// loop's.
+fn follow_remote_loops(dirs: Vec<std::path::PathBuf>) {
+    let refresh = move || {
+        for dir in &dirs {
+            for n in crate::state::list_loops(dir) {
+                let _ = crate::remote::human::refresh_cache(&crate::state::LoopPaths::new(dir, &n));
+            }
+        }
+    };
+    refresh();
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(30));
+            refresh();
+        }
+    });
+}
+
 pub fn dashboard(project: &Path, a: DashboardArgs) -> i32 {
+    follow_remote_loops(vec![project.to_path_buf()]);
     let model = Model::new(project, super::status::row_of);
     serve(model, &project.display().to_string(), a)
 }
 
 /// The dashboard over many projects (`--all`, `--project` more than once).
 pub fn dashboard_many(sources: &[Source], a: DashboardArgs) -> i32 {
+    follow_remote_loops(sources.iter().map(|s| s.dir.clone()).collect());
     let model = Model::many(sources, super::status::row_of, true);
     let labels: Vec<&str> = sources.iter().map(|s| s.label.as_str()).collect();
     serve(

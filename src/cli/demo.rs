@@ -156,6 +156,7 @@ pub fn demo(a: DemoArgs) -> i32 {
             ])),
             ..Harness::default()
         }),
+        remote: None,
     };
     // The project the fake agent works on. With worktrees off the sandbox lets agents
     // write the project's existing top-level entries (not create new ones at its root).

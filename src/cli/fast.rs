@@ -14,7 +14,7 @@ use super::{Cli, Command};
 /// `Some` when `args` (without the program name) is a plain `run` invocation.
 pub(super) fn parse(args: impl Iterator<Item = OsString>) -> Option<Cli> {
     let mut args = args.map(|a| a.into_string().ok());
-    let (mut run, mut project, mut name) = (false, None, None);
+    let (mut run, mut project, mut name, mut slot) = (false, None, None, None);
     let (mut json, mut dry_run, mut parallel) = (false, false, false);
     let value = |v: Option<String>| v.filter(|v| !v.is_empty() && !v.starts_with('-'));
     while let Some(a) = args.next() {
@@ -30,6 +30,9 @@ pub(super) fn parse(args: impl Iterator<Item = OsString>) -> Option<Cli> {
             "--project" if project.is_none() => {
                 project = Some(PathBuf::from(value(inline.or_else(|| args.next()?))?));
             }
+            "--slot" if slot.is_none() && run => {
+                slot = Some(value(inline.or_else(|| args.next()?))?);
+            }
             "--json" if inline.is_none() && run => set(&mut json)?,
             "--dry-run" if inline.is_none() && run => set(&mut dry_run)?,
             "--parallel" if inline.is_none() && run => set(&mut parallel)?,
@@ -44,6 +47,14 @@ pub(super) fn parse(args: impl Iterator<Item = OsString>) -> Option<Cli> {
     if !run || (project.is_none() && std::env::var_os("LOOPFLOW_PROJECT").is_some()) {
         return None;
     }
+    // Without `--slot`, `LOOPFLOW_SLOT` as clap reads it (the daemon sets it).
+    if slot.is_none() {
+        match std::env::var_os("LOOPFLOW_SLOT").map(|v| v.into_string()) {
+            None => {}
+            Some(Ok(v)) if !v.is_empty() => slot = Some(v),
+            Some(_) => return None,
+        }
+    }
     Some(Cli {
         project: project.into_iter().collect(),
         command: Command::Run(RunArgs {
@@ -52,6 +63,7 @@ pub(super) fn parse(args: impl Iterator<Item = OsString>) -> Option<Cli> {
             json,
             dry_run,
             parallel,
+            slot,
         }),
     })
 }
@@ -90,6 +102,8 @@ mod tests {
                 "rel",
             ],
             &["run", "--parallel", "--project", "/p", "--loop", "a"],
+            &["run", "--loop", "a", "--slot", "2026-12-07T10:23Z"],
+            &["run", "--slot=auto", "--loop", "a", "--project", "/p"],
         ];
         for args in taken {
             let f = fast(args);
@@ -124,6 +138,8 @@ mod tests {
             &["run", "--loop", "a", "--project", "-p"],
             &["run", "--lop", "a"],
             &["run", "-h"],
+            &["run", "--loop", "a", "--slot"],
+            &["run", "--loop", "a", "--slot", "x", "--slot", "y"],
         ];
         for args in left_to_clap {
             assert_eq!(fast(args), None, "{args:?}");

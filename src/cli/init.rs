@@ -251,6 +251,7 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
             task: task.clone(),
             worktree: !a.no_worktree,
             harness: agent.harness(),
+            remote: None,
         };
         match crate::create::create(project, &o) {
             Ok(paths) if adopting => outln!(

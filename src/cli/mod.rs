@@ -22,6 +22,7 @@ mod drift;
 mod fast;
 mod init;
 mod projects;
+mod remote;
 mod report;
 mod review;
 mod run;
@@ -82,6 +83,7 @@ Examples:
   loopflow run --loop fix-parser --dry-run        the gate and each node's argv; nothing runs
   loopflow run --loop fix-parser --json | jq .outcome
   loopflow run pipelines/review.toml --loop fix-parser --parallel
+  loopflow run --loop fix-parser --slot auto      a [remote] loop: this firing, ticked once
 
 Exit codes: 0 when the tick ran, skipped or halted cleanly (a scheduler keeps firing),
 2 usage error, 3 invalid configuration, 4 state or I/O error, 130 interrupted.")]
@@ -114,6 +116,8 @@ Examples:
   loopflow create --loop review --agent codex --model gpt-5.5 --verify-model o3
   loopflow create --loop triage --template ci-triage --agent opencode
   loopflow create --loop notes --task \"Tidy the docs\" --no-worktree
+  loopflow create --loop fix-parser --task \"...\" --remote origin   state in the repository:
+                                                  any runner ticks it, any clone approves it
 
 An unknown --template lists the built-in ones with what each does; an unknown --agent
 lists the presets. Without --agent the template's agent runs (opencode).")]
@@ -423,6 +427,10 @@ pub(crate) fn open(project: &std::path::Path, name: &str) -> Result<(LoopPaths, 
         return Err(exit::USAGE);
     }
     let paths = LoopPaths::new(project, name);
+    // A remote loop's record is read fresh: any clone, any path (DESIGN §16).
+    if paths.dir.is_dir() {
+        remote::refresh(&paths, false)?;
+    }
     if !paths.state.exists() {
         eprintln!(
             "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",

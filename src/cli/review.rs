@@ -8,6 +8,7 @@ use clap::Args;
 use super::open;
 use crate::exit;
 use crate::land::{LandError, land as land_loop};
+use crate::remote::human::Guard;
 
 #[derive(Args, Debug)]
 #[command(
@@ -66,6 +67,10 @@ pub fn review(project: &Path, a: ReviewArgs) -> i32 {
         Ok(x) => x,
         Err(c) => return c,
     };
+    // The branch as the remote has it, for a remote loop.
+    if let Err(code) = super::remote::refresh(&paths, true) {
+        return code;
+    }
     let r = match crate::review::review(&paths, &state, a.patch) {
         Ok(r) => r,
         Err(e) => {
@@ -99,9 +104,13 @@ pub fn land(project: &Path, a: LandArgs) -> i32 {
         Ok(x) => x,
         Err(c) => return c,
     };
-    match land_loop(&paths, &state, a.squash) {
-        Err(e) => refused(&e),
-        Ok(l) if l.head.is_none() => {
+    let landed = super::remote::write(&paths, Guard::RefuseLease, true, || {
+        land_loop(&paths, &state, a.squash)
+    });
+    match landed {
+        Err(code) => code,
+        Ok(Err(e)) => refused(&e),
+        Ok(Ok(l)) if l.head.is_none() => {
             eprintln!(
                 "nothing to land: {} has no commits that are not on {}",
                 crate::review::branch(&a.loop_name),
@@ -109,7 +118,7 @@ pub fn land(project: &Path, a: LandArgs) -> i32 {
             );
             exit::OK
         }
-        Ok(l) => {
+        Ok(Ok(l)) => {
             eprintln!(
                 "landed {} commit(s) of {} into {}{}",
                 l.commits,
@@ -130,9 +139,13 @@ pub fn discard(project: &Path, a: DiscardArgs) -> i32 {
         Ok(x) => x,
         Err(c) => return c,
     };
-    match crate::land::discard(&paths, &state, a.yes) {
-        Err(e) => refused(&e),
-        Ok(d) => {
+    let discarded = super::remote::write(&paths, Guard::RefuseLease, true, || {
+        crate::land::discard(&paths, &state, a.yes)
+    });
+    match discarded {
+        Err(code) => code,
+        Ok(Err(e)) => refused(&e),
+        Ok(Ok(d)) => {
             let short = &d.to[..d.to.len().min(10)];
             let what = format!(
                 "{} commit(s) on {} and {} uncommitted file(s){}",

@@ -29,6 +29,11 @@ pub struct RunArgs {
     /// Run independent branches of the DAG concurrently.
     #[arg(long)]
     pub parallel: bool,
+    /// For a loop whose state lives in its repository ([remote]): the schedule slot this
+    /// run is for; across every runner, a slot is ticked at most once. `auto`: the firing
+    /// of the loop's schedule nearest to now (what generated schedulers pass).
+    #[arg(long, value_name = "SLOT", env = "LOOPFLOW_SLOT")]
+    pub slot: Option<String>,
 }
 
 /// SIGINT/SIGTERM set this flag; running children are stopped by the process layer.
@@ -58,6 +63,10 @@ pub fn report(e: &RunError) -> i32 {
         }
         RunError::State(s) => {
             eprintln!("error: {s}");
+            exit::STATE
+        }
+        RunError::Remote(r) => {
+            eprintln!("error: {r}");
             exit::STATE
         }
     }
@@ -113,6 +122,7 @@ pub fn run(project: &Path, a: RunArgs) -> i32 {
         parallel: a.parallel,
         trace: None,
         no_telemetry: false,
+        slot: a.slot.filter(|s| !s.is_empty()),
     };
     match run_tick(project, &a.loop_name, &opts, &cancel) {
         Ok(s) => {

@@ -152,39 +152,24 @@ fn remote(
     }
     let cfg = &loaded.config;
     let mut agents = Vec::new();
-    let mut limit = Some(std::time::Duration::ZERO);
-    for node in &loaded.pipeline.nodes {
-        let tries = node.retries.saturating_add(1);
-        let timeout = match node.spec.role() {
-            Some(role) => {
-                let agent = cfg.agent(&role.value);
-                let program = agent
-                    .command
-                    .first()
-                    .map(|t| t.text.clone())
-                    .unwrap_or_default();
-                let a = schedule::AgentUse::of(agent.preset, &program);
-                if !agents.contains(&a) {
-                    agents.push(a);
-                }
-                node.timeout
-                    .or_else(|| cfg.roles.get(&role.value).and_then(|r| r.timeout))
-                    .or(cfg.harness_timeout)
-            }
-            None if node.spec.spawns() => node.timeout,
-            None => continue,
-        };
-        limit = match (limit, timeout) {
-            (Some(sum), Some(t)) => sum.checked_add(t.saturating_mul(tries)),
-            _ => None,
-        };
+    for role in loaded.pipeline.nodes.iter().filter_map(|n| n.spec.role()) {
+        let agent = cfg.agent(&role.value);
+        let program = agent
+            .command
+            .first()
+            .map(|t| t.text.clone())
+            .unwrap_or_default();
+        let a = schedule::AgentUse::of(agent.preset, &program);
+        if !agents.contains(&a) {
+            agents.push(a);
+        }
     }
     Ok(schedule::Remote {
         install,
         image: t.image.clone(),
         agents,
         extra_secrets: t.secrets.clone(),
-        tick_limit: limit,
+        tick_limit: crate::remote::tick_limit(loaded),
     })
 }
 
@@ -252,7 +237,9 @@ fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths
         }
     };
     let paths = LoopPaths::new(&project, name);
-    if !paths.state.exists() {
+    // A remote loop's state is its record's: a clone without the cache still schedules it.
+    let remote_loop = crate::remote::configured(&paths).ok().flatten();
+    if !paths.state.exists() && remote_loop.is_none() {
         eprintln!(
             "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",
             project.display()
@@ -280,6 +267,13 @@ fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths
             return Err(exit::STATE);
         }
     };
+    let record = loaded.config.remote.as_ref().map(|r| schedule::Record {
+        remote: r.name.clone(),
+        url: crate::git::remote::url(&project, &r.name)
+            .map(|u| crate::git::credentials::without_userinfo(&u)),
+        tick: crate::remote::tick_limit(&loaded),
+        lease: crate::remote::lease_duration(&loaded, r.lease_margin),
+    });
     let t = Target {
         exe,
         project: project.clone(),
@@ -288,6 +282,7 @@ fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths
         loop_dir: paths.dir.clone(),
         path_env: std::env::var("PATH").ok().filter(|p| !p.is_empty()),
         remote,
+        record,
     };
     Ok((paths, t))
 }

@@ -193,6 +193,9 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
     let mut unstarted = Vec::new();
     for n in &names {
         let paths = LoopPaths::new(project, n);
+        if a.loop_name.is_none() {
+            super::remote::refresh_listed(&paths, n);
+        }
         match status_row(&paths) {
             Ok(r) => rows.push(r),
             Err(NoRow::Untracked) => {
@@ -523,6 +526,7 @@ pub fn status_many(sources: &[crate::projects::Source], a: StatusArgs) -> i32 {
                 continue;
             }
             let paths = LoopPaths::new(&src.dir, &n);
+            super::remote::refresh_listed(&paths, &qualified);
             match status_row(&paths) {
                 Ok(r) => rows.push(r.in_project(&src.label, &src.dir)),
                 Err(NoRow::Untracked) => {

@@ -15,6 +15,7 @@ mod brakes;
 mod json_origin;
 pub mod notify;
 mod project;
+pub mod remote;
 pub mod sandbox;
 pub mod telemetry;
 mod work_source;
@@ -23,6 +24,7 @@ pub use agent::{Agent, AgentKeys, DEFAULT_PRESET};
 pub use brakes::{Brakes, HARD_CONTEXT_FLOOR};
 pub use notify::Notify;
 pub use project::{ProjectConfig, is_project_config, path as project_config_path};
+pub use remote::RemoteConfig;
 pub use sandbox::{Network, SandboxConfig, SandboxMode};
 pub use work_source::WorkSource;
 
@@ -67,6 +69,8 @@ pub struct LoopConfig {
     pub worktree_dir: Option<PathBuf>,
     pub sandbox: SandboxConfig,
     pub notify: Option<Notify>,
+    /// `[remote]`: the state of record lives in the repository (DESIGN §16).
+    pub remote: Option<RemoteConfig>,
 }
 
 /// The keys a loop.toml may have at its top level (`check -` tells a loop config from a
@@ -82,6 +86,7 @@ pub const TOP_LEVEL_KEYS: &[&str] = &[
     "worktree",
     "sandbox",
     "notify",
+    "remote",
 ];
 
 /// `p` as written, or under `dir` when relative.
@@ -238,6 +243,7 @@ impl LoopConfig {
         };
         let sandbox = sandbox::read(root.table("sandbox", diags), diags);
         let notify = notify::read(root.table("notify", diags), diags);
+        let remote = remote::read(root.table("remote", diags), diags);
         let (brakes, brakes_ok) = brakes;
         let config = LoopConfig {
             source: source.clone(),
@@ -257,6 +263,7 @@ impl LoopConfig {
             worktree_dir,
             sandbox,
             notify,
+            remote,
         };
         Partial {
             config,

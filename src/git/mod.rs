@@ -9,8 +9,10 @@
 #[cfg(unix)]
 mod clean;
 mod copy;
+pub mod credentials;
 mod local;
 mod parse;
+pub mod remote;
 mod repo;
 mod run;
 
@@ -88,6 +90,18 @@ pub fn toplevel(dir: &Path) -> Option<PathBuf> {
         .flatten()
         .and_then(|r| r.work_tree)
         .filter(|t| t.is_dir())
+}
+
+/// The object `spec` names in the user's repository `dir` is in (`rev-parse --verify`),
+/// `None` when it names none; an error outside any repository.
+pub fn rev(dir: &Path, spec: &str) -> Result<Option<String>, GitError> {
+    match Repo::checkout(dir)? {
+        Some(r) => r.rev(spec),
+        None => Err(GitError::Failed {
+            what: "rev-parse".into(),
+            stderr: format!("{} is not in a git repository", dir.display()),
+        }),
+    }
 }
 
 /// A path as git prints it with `-z`: bytes, not necessarily UTF-8.

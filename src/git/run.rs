@@ -30,7 +30,8 @@ const HARDENED: &[&str] = &[
     "maintenance.auto=false",
 ];
 
-/// An empty value clears the list of credential helpers git would run.
+/// Added unless a command may use the user's credentials: an empty value clears the
+/// list of helpers git would run.
 const NO_CREDENTIALS: &str = "credential.helper=";
 
 /// Variables that would point git somewhere else than the directories loopflow names,
@@ -67,6 +68,8 @@ pub struct Git {
     pre: Vec<OsString>,
     args: Vec<OsString>,
     stdin: Option<Vec<u8>>,
+    env: Vec<(OsString, OsString)>,
+    credentials: bool,
 }
 
 impl Git {
@@ -78,6 +81,8 @@ impl Git {
             pre: Vec::new(),
             args: Vec::new(),
             stdin: None,
+            env: Vec::new(),
+            credentials: false,
         }
     }
 
@@ -138,6 +143,21 @@ impl Git {
         self
     }
 
+    /// A variable for this git process alone (a credential for the remote).
+    pub(super) fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Git {
+        self.env
+            .push((key.as_ref().to_os_string(), value.as_ref().to_os_string()));
+        self
+    }
+
+    /// Lets this command use the user's own credential helpers (a fetch or push to the
+    /// loop's remote, with the user's git setup as its credential). Never for a command
+    /// on a tree an agent wrote.
+    pub(super) fn with_credentials(mut self) -> Git {
+        self.credentials = true;
+        self
+    }
+
     /// The full argument list after `git` (for tests and error messages).
     pub(super) fn argv(&self) -> Vec<OsString> {
         let mut v: Vec<OsString> = vec!["--no-pager".into()];
@@ -146,8 +166,10 @@ impl Git {
             v.push("-c".into());
             v.push((*c).into());
         }
-        v.push("-c".into());
-        v.push(NO_CREDENTIALS.into());
+        if !self.credentials {
+            v.push("-c".into());
+            v.push(NO_CREDENTIALS.into());
+        }
         v.extend(self.args.iter().cloned());
         v
     }
@@ -162,6 +184,9 @@ impl Git {
         cmd.env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_PAGER", "cat")
             .env("PAGER", "cat");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         #[cfg(unix)]
         {
@@ -225,5 +250,9 @@ mod tests {
             assert_eq!(argv[at - 1], "-c", "{c}");
         }
         assert_eq!(&argv[argv.len() - 2..], ["status", "-z"]);
+        let with = Git::repo(Path::new("/r"), None)
+            .with_credentials()
+            .arg("fetch");
+        assert!(!with.argv().iter().any(|a| a == NO_CREDENTIALS));
     }
 }

@@ -64,6 +64,36 @@ pub fn cron_schedule(secs: u64) -> CronSchedule {
     made("0 0 * * *".to_string(), 86400, "once a day".into(), note)
 }
 
+/// A loop's cron expression with its minute (and, once a day, its hour) scattered by a
+/// hash of `key` (the loop's name): never `0 *`, which GitHub delays and drops under
+/// load, and not every loop at once. Also the firing's offset into each period, in
+/// seconds, which `run --slot auto` uses to name the slot a firing is for.
+pub fn scattered(secs: u64, key: &str) -> (CronSchedule, u64) {
+    let mut c = cron_schedule(secs);
+    let h = super::fnv32(std::path::Path::new(key)) as u64;
+    let step = c.every_secs / 60;
+    let offset = if step < 60 {
+        if step <= 1 {
+            return (c, 0);
+        }
+        let m = h % step;
+        c.expr = format!("{m}-59/{step} * * * *");
+        m * 60
+    } else if step < 24 * 60 {
+        let m = 1 + h % 59;
+        c.expr = match step / 60 {
+            1 => format!("{m} * * * *"),
+            k => format!("{m} */{k} * * *"),
+        };
+        m * 60
+    } else {
+        let (m, hour) = (1 + h % 59, (h / 59) % 24);
+        c.expr = format!("{m} {hour} * * *");
+        hour * 3600 + m * 60
+    };
+    (c, offset)
+}
+
 /// POSIX sh single quoting, and `%` escaped (cron turns a bare `%` into a newline).
 pub(super) fn sh_quote(a: &str) -> String {
     format!("'{}'", a.replace('\'', "'\\''")).replace('%', "\\%")

@@ -17,7 +17,7 @@ pub(super) fn yq(s: &str) -> String {
 }
 
 /// GitHub-hosted runners stop a job after 6 hours whatever it asks for.
-const GITHUB_MAX_MINUTES: u64 = 360;
+pub(super) const GITHUB_MAX_MINUTES: u64 = 360;
 
 /// The job's `timeout-minutes`, and a comment saying where it comes from.
 fn job_timeout(t: &Target) -> (u64, String) {
@@ -60,7 +60,7 @@ fn job_timeout(t: &Target) -> (u64, String) {
 }
 
 /// The steps that install loopflow.
-fn install_loopflow(t: &Target) -> String {
+pub(super) fn install_loopflow(t: &Target, cache: bool) -> String {
     let v = env!("CARGO_PKG_VERSION");
     match &t.remote.install {
         Some(LoopflowInstall::Action { uses }) => format!(
@@ -100,6 +100,17 @@ fn install_loopflow(t: &Target) -> String {
                 url = yq(url),
             )
         }
+        Some(LoopflowInstall::Git { repo }) if !cache => format!(
+            r#"      - name: Install loopflow
+        # This project's loopflow at the version that generated the workflow (the crate
+        # named loopflow on crates.io is another program). Built every run: a released
+        # binary (--binary-url) or loopflow's Action installs in seconds.
+        env:
+          REPO: {repo}
+        run: cargo install --locked --git "$REPO" --tag "v{v}" loopflow-cli
+"#,
+            repo = yq(repo),
+        ),
         Some(LoopflowInstall::Git { repo }) => format!(
             r#"      - name: Cache loopflow
         id: loopflow-bin
@@ -124,7 +135,7 @@ fn install_loopflow(t: &Target) -> String {
 }
 
 /// The steps that install (or check for) the agents the roles run.
-fn install_agents(t: &Target, loop_name: &str) -> String {
+pub(super) fn install_agents(t: &Target, loop_name: &str, when: &str) -> String {
     let mut npm = Vec::new();
     let mut pipx = Vec::new();
     let mut out = String::new();
@@ -135,12 +146,13 @@ fn install_agents(t: &Target, loop_name: &str) -> String {
             (_, Some(Install::Pipx(p))) => pipx.push(p.as_str()),
             (_, Some(Install::Manual(why))) => {
                 let program = a.known().map_or("", |k| k.program.as_str());
-                out.push_str(&check_program(program, loop_name, why));
+                out.push_str(&check_program(program, loop_name, why, when));
             }
             (AgentUse::Program(p), None) => out.push_str(&check_program(
                 p,
                 loop_name,
                 "loopflow does not know how to install it; add a step that does",
+                when,
             )),
             (AgentUse::Path(p), None) if p.starts_with('/') => notes.push_str(&format!(
                 "        # The loop runs {p}, a path on the machine that generated this workflow:\n        # a fresh runner does not have it (use a path in the repository, or a preset).\n"
@@ -150,29 +162,29 @@ fn install_agents(t: &Target, loop_name: &str) -> String {
     }
     if !npm.is_empty() {
         out.push_str(&format!(
-            "      - name: Install the agent\n        run: npm install -g {}\n",
+            "      - name: Install the agent\n{when}        run: npm install -g {}\n",
             npm.join(" ")
         ));
     }
     if !pipx.is_empty() {
         out.push_str(&format!(
-            "      - name: Install the agent (Python)\n        run: pipx install {}\n",
+            "      - name: Install the agent (Python)\n{when}        run: pipx install {}\n",
             pipx.join(" ")
         ));
     }
     if !notes.is_empty() {
         out.push_str(&format!(
-            "      - name: Agent\n{notes}        run: echo \"the agent is not installed by this workflow\"\n"
+            "      - name: Agent\n{when}{notes}        run: echo \"the agent is not installed by this workflow\"\n"
         ));
     }
     out
 }
 
 /// A step that fails clearly when a program the loop runs is not on the runner.
-fn check_program(program: &str, loop_name: &str, why: &str) -> String {
+fn check_program(program: &str, loop_name: &str, why: &str, when: &str) -> String {
     format!(
         r#"      - name: Check the agent
-        env:
+{when}        env:
           AGENT: {p}
         run: |
           command -v "$AGENT" >/dev/null || {{
@@ -189,7 +201,7 @@ fn check_program(program: &str, loop_name: &str, why: &str) -> String {
 /// names are written into the YAML and its shell steps (no quoting to get wrong); a
 /// project outside any repository is at the top of the checkout as far as the workflow
 /// knows.
-fn repo_prefix(project: &std::path::Path) -> (String, Option<String>) {
+pub(super) fn repo_prefix(project: &std::path::Path) -> (String, Option<String>) {
     let prefix = crate::git::Repo::checkout(project)
         .ok()
         .flatten()
@@ -262,14 +274,17 @@ pub fn github_actions(t: &Target) -> File {
                 .collect(),
         )
     };
-    let install = install_loopflow(t);
-    let agents = install_agents(t, n);
+    let install = install_loopflow(t, true);
+    let agents = install_agents(t, n, "");
     let text = format!(
         r#"# loopflow: tick loop {n} on a schedule (generated by `loopflow schedule print --platform github-actions`).
 # The loop's state is git-ignored, so it travels in the Actions cache between runs, and
 # the loop's branch loopflow/{n} is pushed back after each tick. Start the loop with a
 # manual run ("Run workflow") giving the task; clear a halt with a manual run and
 # "approve" ticked (recorded as approved by you).
+# note: a cache can be evicted or raced; with the loop's state in its repository
+# (`loopflow create --loop {n} --remote origin`, then print this again) every run
+# ticks each slot at most once and a halt waits for a human's approval.
 {secrets_note}{note}{timeout_note}name: loopflow {rel}{n}
 
 on:

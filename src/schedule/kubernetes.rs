@@ -90,6 +90,9 @@ pub fn kubernetes(t: &Target) -> File {
 # `loopflow create --loop {loop_name}` or copy the loop's directory in). The image runs as
 # uid {UID} and must contain loopflow, git and the agent the loop runs (build it from
 # loopflow's Containerfile).
+# note: with the loop's state in its repository instead of on the volume
+# (`loopflow create --loop {loop_name} --remote origin`, then print this again) the pods
+# clone it fresh each run, and any clone can approve a halt.
 {create_secret}{note}apiVersion: v1
 kind: PersistentVolumeClaim
 metadata:

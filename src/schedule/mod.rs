@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 mod agents;
 mod cron;
+mod ephemeral;
 mod github;
 mod install;
 mod keys;
@@ -29,6 +30,7 @@ mod schtasks;
 mod systemd;
 
 pub use agents::AgentUse;
+pub use cron::scattered;
 pub use install::{disable_best_effort, enable_best_effort, install, read_record, uninstall};
 pub use keys::{carried_env, env_source, how_keys_reach, key_fix};
 pub use orphans::{describe as describe_orphan, orphans, remove as remove_orphan};
@@ -106,6 +108,21 @@ pub struct Target {
     pub path_env: Option<String>,
     /// What a runner elsewhere needs (GitHub Actions, Kubernetes).
     pub remote: Remote,
+    /// The loop's state of record lives in its repository (`[remote]`, DESIGN §16).
+    pub record: Option<Record>,
+}
+
+/// Where a remote loop's state of record lives, and how long a runner holds it.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// The git remote's name (`origin`).
+    pub remote: String,
+    /// Its URL, without any credential (Kubernetes clones it), when the project knows it.
+    pub url: Option<String>,
+    /// The longest one tick can take (`None`: a node without a timeout).
+    pub tick: Option<std::time::Duration>,
+    /// How long a lease lasts: the tick's limit (or six hours) plus the margin.
+    pub lease: std::time::Duration,
 }
 
 /// How a workflow installs this loopflow on a fresh runner.
@@ -145,16 +162,21 @@ impl Remote {
 }
 
 impl Target {
-    /// `<exe> run --loop X --project DIR`, one element per argument.
+    /// `<exe> run --loop X --project DIR` (and `--slot auto` for a remote loop: every
+    /// machine that fires it ticks each firing at most once), one element per argument.
     pub fn argv(&self) -> Vec<String> {
-        vec![
+        let mut argv = vec![
             self.exe.display().to_string(),
             "run".into(),
             "--loop".into(),
             self.loop_name.clone(),
             "--project".into(),
             self.project.display().to_string(),
-        ]
+        ];
+        if self.record.is_some() {
+            argv.extend(["--slot".into(), "auto".into()]);
+        }
+        argv
     }
 
     /// A machine-wide unique name: the loop name plus a short hash of the project path,
@@ -263,6 +285,8 @@ pub fn render(p: Platform, t: &Target) -> Vec<File> {
         Platform::Cron | Platform::Auto => vec![cron::cron(t)],
         // Printed text is UTF-8 and says so; `install` writes the UTF-16 file.
         Platform::Schtasks => vec![schtasks::schtasks(t, schtasks::Encoding::Utf8)],
+        Platform::GithubActions if t.record.is_some() => vec![ephemeral::github_actions(t)],
+        Platform::Kubernetes if t.record.is_some() => vec![ephemeral::kubernetes(t)],
         Platform::GithubActions => vec![github::github_actions(t)],
         Platform::Kubernetes => vec![kubernetes::kubernetes(t)],
     }
@@ -295,6 +319,7 @@ pub(crate) mod tests {
             loop_dir: PathBuf::from("/srv/project/.loopflow/loops/l"),
             path_env: Some("/usr/bin:/bin".into()),
             remote: Remote::default(),
+            record: None,
         }
     }
 

@@ -29,6 +29,8 @@ pub enum Event {
     DaemonStopped,
     Land,
     Discard,
+    /// A runner took a remote loop's lease (DESIGN §16).
+    Lease,
 }
 
 impl Event {
@@ -51,6 +53,7 @@ impl Event {
             Event::DaemonStopped => "DAEMON_STOPPED",
             Event::Land => "LAND",
             Event::Discard => "DISCARD",
+            Event::Lease => "LEASE",
         }
     }
 }

@@ -200,6 +200,24 @@ impl LoopPaths {
         Ok((state, r))
     }
 
+    /// Replaces the state and the whole log at once, under the state lock: a remote
+    /// loop's cache, refreshed from its record (DESIGN §16).
+    pub fn replace_all(&self, state: &State, log: &[u8]) -> Result<(), StateError> {
+        self.refuse_symlinks()?;
+        let _guard = self.lock_state()?;
+        save(&self.state, state)?;
+        crate::fs_safe::write_atomic(&self.dir, &self.log, log).map_err(io_err(&self.log))
+    }
+
+    /// The log's bytes (empty when there is none), at most 64 MiB.
+    pub fn log_bytes(&self) -> Result<Vec<u8>, StateError> {
+        match crate::fs_safe::head(&self.log, 64 << 20) {
+            Ok(b) => Ok(b),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(io_err(&self.log)(e)),
+        }
+    }
+
     /// Refuses a loop directory, `outputs/` or `cache/` that is a symlink: loopflow writes
     /// only inside the loop's own directory, never where a planted link points.
     pub fn refuse_symlinks(&self) -> Result<(), StateError> {

@@ -247,6 +247,17 @@ impl Confinement {
         (self.prepare_with(&granted, read, proxy), refused)
     }
 
+    /// Whether the kernel confines the reads of the tick's processes (so what is outside
+    /// their read rules, the checkout's `.git` among it, is beyond their reach).
+    pub fn reads_confined(&self) -> bool {
+        self.backend.is_some()
+            && self
+                .prepare(&[])
+                .ok()
+                .flatten()
+                .is_some_and(|p| p.enforced().reads)
+    }
+
     /// Whether spawns need a proxy of their own (`network = "hosts"`, sandbox on).
     pub fn proxied(&self) -> bool {
         self.backend.is_some() && matches!(self.base.net, Net::Proxy(_))

@@ -62,6 +62,8 @@ pub(super) struct Tick<'a> {
     pub baseline: Option<Result<crate::node::Baseline, crate::node::BaselineError>>,
     /// What the nodes that ended so far produced, for the brakes between nodes.
     pub settled: Mutex<Vec<NodeOutput>>,
+    /// A remote loop's hold on its record: spend is checkpointed to it after each node.
+    pub remote: Option<&'a crate::remote::tick::Session<'a>>,
 }
 
 impl<'a> Tick<'a> {
@@ -206,29 +208,64 @@ impl<'a> Tick<'a> {
             Some(end) if !p.nodes.iter().any(|n| n.spec.gates()) => return ended(end),
             Some(_) => {}
             // Only a tick that will run agents says what the sandbox can do.
-            None => match self.confine.verdict() {
-                super::confine::Verdict::Ok => {}
-                super::confine::Verdict::Weaker(what) => self.event(
-                    Event::Warn,
-                    &[LogArg::Kv(
-                        "msg",
-                        format!("sandbox: {what}; agents run with less confinement"),
-                    )],
-                ),
-                super::confine::Verdict::Refused(why) => {
-                    return ended(End::Halt(
-                        HaltReason::HumanIntervention(
-                            crate::reason::Intervention::SandboxUnavailable,
-                        ),
-                        Some(format!(
-                            "{why}; no agent ran ([sandbox] mode = \"enforce\")"
-                        )),
-                    ));
+            None => {
+                if let Some(end) = self.credentials() {
+                    return ended(end);
                 }
-            },
+                match self.confine.verdict() {
+                    super::confine::Verdict::Ok => {}
+                    super::confine::Verdict::Weaker(what) => self.event(
+                        Event::Warn,
+                        &[LogArg::Kv(
+                            "msg",
+                            format!("sandbox: {what}; agents run with less confinement"),
+                        )],
+                    ),
+                    super::confine::Verdict::Refused(why) => {
+                        return ended(End::Halt(
+                            HaltReason::HumanIntervention(
+                                crate::reason::Intervention::SandboxUnavailable,
+                            ),
+                            Some(format!(
+                                "{why}; no agent ran ([sandbox] mode = \"enforce\")"
+                            )),
+                        ));
+                    }
+                }
+            }
         }
         let w = crate::exec::walk(p, scope, self, parallel);
         self.settle(w)
+    }
+
+    /// A credential in the repository's git configuration, which the tick's processes
+    /// could read (DESIGN §16): `enforce` halts before any agent runs, `auto` and `off`
+    /// say where each one is and how to take it out.
+    fn credentials(&self) -> Option<End> {
+        // A worktree loop's processes read only its own repository, never the checkout's
+        // configuration, when the kernel confines their reads.
+        let checkout_readable = !self.loaded.config.worktree || !self.confine.reads_confined();
+        let found = crate::git::credentials::exposed(&self.paths.project, checkout_readable);
+        if found.is_empty() {
+            return None;
+        }
+        if self.loaded.config.sandbox.mode == crate::config::SandboxMode::Enforce {
+            let list: Vec<String> = found.iter().map(ToString::to_string).collect();
+            return Some(End::Halt(
+                HaltReason::HumanIntervention(crate::reason::Intervention::CredentialExposed),
+                Some(format!(
+                    "{}; no agent ran ([sandbox] mode = \"enforce\")",
+                    list.join("; ")
+                )),
+            ));
+        }
+        for f in found {
+            self.event(
+                Event::Warn,
+                &[LogArg::Kv("msg", format!("credential: {f}"))],
+            );
+        }
+        None
     }
 
     /// The spend so far, and the first budget it crossed.
@@ -504,7 +541,8 @@ impl Host for Tick<'_> {
     }
 
     fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::SeqCst)
+        // A remote tick whose lease was taken over stops: nothing of it can count.
+        self.cancel.load(Ordering::SeqCst) || self.remote.is_some_and(|r| r.fenced())
     }
 
     fn before_node(&self, runs_process: bool) -> Result<(), Stop> {
@@ -528,8 +566,18 @@ impl Host for Tick<'_> {
     }
 
     fn settled(&self, out: &NodeOutput) {
-        if let Ok(mut s) = self.settled.lock() {
-            s.push(out.clone());
+        let Ok(mut s) = self.settled.lock() else {
+            return;
+        };
+        s.push(out.clone());
+        if let Some(r) = self.remote {
+            let spend = crate::node::spend_of(s.iter());
+            drop(s);
+            r.checkpoint(&crate::state::Spent {
+                usd: spend.usd,
+                tokens: spend.tokens,
+                seconds: spend.seconds,
+            });
         }
     }
 }

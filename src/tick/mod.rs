@@ -21,6 +21,7 @@ mod guard;
 mod host;
 mod settle;
 mod trace;
+mod worktree;
 
 use confine::Confinement;
 use host::Tick;
@@ -169,6 +170,9 @@ pub enum RunError {
     Config(Diagnostics),
     #[error(transparent)]
     State(#[from] StateError),
+    /// A remote loop's record could not be read or written (DESIGN §16).
+    #[error(transparent)]
+    Remote(#[from] crate::remote::RemoteError),
 }
 
 impl From<LoadError> for RunError {
@@ -189,6 +193,9 @@ pub struct RunOptions {
     pub trace: Option<crate::telemetry::TraceIds>,
     /// Export no trace whatever is configured (`demo`: offline, in a throw-away project).
     pub no_telemetry: bool,
+    /// The slot a remote loop's tick takes (`run --slot`, DESIGN §16): at most one tick
+    /// per slot across every runner.
+    pub slot: Option<String>,
 }
 
 /// One tick of one loop; with telemetry configured (DESIGN §14), its trace is exported
@@ -266,7 +273,12 @@ fn tick_once(
     }
     // Before the first write: a planted symlink must not redirect the log, locks or outputs.
     paths.refuse_symlinks()?;
-    if !paths.state.exists() {
+    let remote = crate::remote::RemoteLoop::open(&paths).map_err(|e| match e {
+        crate::remote::OpenError::Config(e) => RunError::from(e),
+        crate::remote::OpenError::Remote(e) => RunError::Remote(e),
+    })?;
+    // A remote loop's state is its record's: a fresh clone has no cache yet.
+    if remote.is_none() && !paths.state.exists() {
         if !opts.dry_run {
             skip(&paths, &SkipReason::Untracked)?;
         }
@@ -303,7 +315,18 @@ fn tick_once(
         // anything else runs in the loop's worktree.
         after_previous_tick(&paths, lock)?;
     }
-    let result = run_locked(&paths, &ledger, lock.as_ref(), &repaired, opts, cancel);
+    let result = match remote {
+        None => run_locked(
+            &paths,
+            &ledger,
+            lock.as_ref(),
+            &repaired,
+            opts,
+            cancel,
+            None,
+        ),
+        Some(r) => remote_tick(r, &paths, &ledger, lock.as_ref(), &repaired, opts, cancel),
+    };
     if let Some(lock) = &lock {
         // What the tick's processes left behind (detached, reparented to loopflow) goes
         // before the lock is let go: nothing may outlive the tick that started it.
@@ -329,6 +352,69 @@ fn tick_once(
         lock.clear();
     }
     result
+}
+
+/// A remote loop's tick (DESIGN §16) around the local one, at its seams: begin (fetch,
+/// the record's gate, the lease), the nodes as for any loop (checkpointing spend after
+/// each spawning node), settle (one atomic push). Its skips before the lease are logged
+/// here only: every losing runner would race to write one into the record.
+fn remote_tick(
+    r: crate::remote::RemoteLoop<'_>,
+    paths: &LoopPaths,
+    ledger: &crate::state::Ledger,
+    lock: Option<&TickLock>,
+    repaired: &[String],
+    opts: &RunOptions,
+    cancel: &AtomicBool,
+) -> Result<Summary, RunError> {
+    use crate::remote::tick::{BeginError, Begun, Settled};
+    let o = crate::remote::tick::Options {
+        slot: opts.slot.as_deref(),
+        dry_run: opts.dry_run,
+        pipeline: opts.pipeline.as_deref(),
+    };
+    let session = match crate::remote::tick::begin(r, lock, &o) {
+        Err(BeginError::Load(e)) => return Err(e.into()),
+        Err(BeginError::Remote(e)) => return Err(e.into()),
+        Ok(Begun::Look) => return run_locked(paths, ledger, lock, repaired, opts, cancel, None),
+        Ok(Begun::Skip { reason, iteration }) => {
+            if !opts.dry_run {
+                skip(paths, &reason)?;
+            }
+            return Ok(Summary::bare(&paths.name, Outcome::Skip, reason, iteration));
+        }
+        Ok(Begun::Go(s)) => s,
+    };
+    let result = run_locked(paths, ledger, lock, repaired, opts, cancel, Some(&session));
+    let iteration = match &result {
+        Ok(s) => s.iteration,
+        Err(_) => 0,
+    };
+    let run = session.run().to_string();
+    match session.settle()? {
+        Settled::Recorded => result,
+        Settled::Fenced { orphans } => {
+            let kept = orphans.map_or("it had no commits".into(), |o| {
+                format!("its commits are on {o}")
+            });
+            let _ = paths.log(
+                Event::Warn,
+                &[
+                    LogArg::Kv("run", run),
+                    LogArg::Kv(
+                        "msg",
+                        format!("fenced: another runner took the lease over; nothing of this tick was recorded ({kept})"),
+                    ),
+                ],
+            );
+            Ok(Summary::bare(
+                &paths.name,
+                Outcome::Abort,
+                "fenced",
+                iteration,
+            ))
+        }
+    }
 }
 
 /// What the next tick would do first, done now: the daemon calls it when a tick it ran
@@ -377,7 +463,7 @@ fn lock(paths: &LoopPaths) -> Result<Option<TickLock>, StateError> {
     Ok(None)
 }
 
-/// The tick, once its lock is held.
+/// The tick, once its lock is held (and, for a remote loop, its lease: `remote`).
 fn run_locked(
     paths: &LoopPaths,
     ledger: &crate::state::Ledger,
@@ -385,6 +471,7 @@ fn run_locked(
     repaired: &[String],
     opts: &RunOptions,
     cancel: &AtomicBool,
+    remote: Option<&crate::remote::tick::Session<'_>>,
 ) -> Result<Summary, RunError> {
     let base = std::env::current_dir().unwrap_or_else(|_| paths.project.clone());
     // Taken before the read: whatever changes the file after it is looked at again.
@@ -436,7 +523,7 @@ fn run_locked(
         }
         return Err(e.into());
     }
-    let ready = prepare_worktree(paths, &loaded.config, opts.dry_run)?;
+    let ready = worktree::prepare(paths, &loaded.config, opts.dry_run)?;
     if ready.moved {
         // The move recorded the worktree's new place in the state: that is where this
         // tick starts from.
@@ -549,6 +636,7 @@ fn run_locked(
             )
         }),
         settled: Default::default(),
+        remote,
     };
     let hb = crate::template::engine();
     let scope = tick.scope(&work, &hb);
@@ -575,104 +663,6 @@ fn run_locked(
         );
     }
     result
-}
-
-/// A worktree loop's worktree, as [`prepare_worktree`] left it.
-struct Ready {
-    /// Where it stands (`None`: worktrees off).
-    place: Option<Result<crate::worktree::Place, crate::worktree::LocationError>>,
-    /// Its repository, when it is there to use.
-    repo: Option<crate::git::Repo>,
-    /// One of the old layout was moved to its place (the state says where now).
-    moved: bool,
-}
-
-/// A worktree loop's worktree, made ready before anything runs in it: one of the old
-/// layout moved to its place (a dry run only says it would be), its `.git` pointed at the
-/// loop's repository again when an agent rewrote it, its branch in step with the user's
-/// repository.
-fn prepare_worktree(
-    paths: &LoopPaths,
-    config: &crate::config::LoopConfig,
-    dry_run: bool,
-) -> Result<Ready, StateError> {
-    use crate::worktree::Place;
-    let mut ready = Ready {
-        place: None,
-        repo: None,
-        moved: false,
-    };
-    if !config.worktree {
-        return Ok(ready);
-    }
-    let warn = |msg: String| paths.log(Event::Warn, &[LogArg::Kv("msg", msg)]);
-    let mut place = crate::worktree::place(paths, config.worktree_dir.as_deref());
-    if dry_run {
-        ready.place = Some(place);
-        return Ok(ready);
-    }
-    if let Ok(Place::Nested { old, new }) = &place {
-        let allow: Vec<String> = config.allow.iter().map(|a| a.value.clone()).collect();
-        place = Ok(match crate::worktree::migrate(paths, old, new, &allow) {
-            Ok(_) => {
-                ready.moved = true;
-                Place::Own(new.clone())
-            }
-            Err(e) => {
-                warn(format!(
-                    "the worktree at {} could not be moved to {}: {e}; it stays where it is (`loopflow worktree restore --loop {}` tries again)",
-                    old.display(),
-                    new.work_tree.display(),
-                    paths.name
-                ))?;
-                Place::Missing(new.clone())
-            }
-        });
-    }
-    let Ok(Place::Own(copy)) = &place else {
-        ready.place = Some(place);
-        return Ok(ready);
-    };
-    let repo = match copy.open() {
-        Ok((repo, repaired)) => {
-            if repaired {
-                warn(format!(
-                    "{}/.git named another repository (an agent rewrote it); it names the loop's own again",
-                    copy.work_tree.display()
-                ))?;
-            }
-            repo
-        }
-        Err(e) => {
-            warn(format!("the loop's worktree cannot be used: {e}"))?;
-            ready.place = Some(Ok(Place::Missing(copy.clone())));
-            return Ok(ready);
-        }
-    };
-    let allow: Vec<String> = config.allow.iter().map(|a| a.value.clone()).collect();
-    if let Err(e) = repo.write_exclude(&crate::worktree::exclude_text(&allow)) {
-        warn(format!("the loop's repository: {e}"))?;
-    }
-    if let Some(checkout) = crate::git::Repo::checkout(&paths.project).ok().flatten() {
-        let moved = |what: &'static str, from: &str, to: &str| {
-            paths.log(
-                Event::Worktree,
-                &[
-                    LogArg::Kv(what, to.to_string()),
-                    LogArg::Kv("from", from.to_string()),
-                ],
-            )
-        };
-        match crate::worktree::sync(&checkout, &repo, &copy.branch) {
-            Ok(crate::worktree::Synced::InStep) => {}
-            Ok(crate::worktree::Synced::Published { from, to }) => moved("published", &from, &to)?,
-            Ok(crate::worktree::Synced::Followed { from, to }) => moved("followed", &from, &to)?,
-            Err(why) => warn(why)?,
-        }
-    }
-    ready.place = Some(place);
-    ready.repo = Some(repo);
-    Ok(ready)
 }
 
 /// Where agents write their `{{output}}` files, inside their working directory.

@@ -172,9 +172,20 @@ pub fn restore(
     dir: Option<&Path>,
     allow: &[String],
 ) -> Result<Restored, RestoreError> {
-    let _lock = paths
+    let lock = paths
         .try_lock_tick()?
         .ok_or_else(|| RestoreError::Busy(paths.name.clone()))?;
+    restore_held(paths, &lock, dir, allow)
+}
+
+/// [`restore`] by a caller that already holds the loop's tick lock (a remote loop's tick,
+/// which makes its worktree from the branch it fetched).
+pub fn restore_held(
+    paths: &LoopPaths,
+    _lock: &crate::state::TickLock,
+    dir: Option<&Path>,
+    allow: &[String],
+) -> Result<Restored, RestoreError> {
     let state = paths.load()?;
     paths.owns(&state)?;
     let short = |c: &Copy| c.branch.trim_start_matches("refs/heads/").to_string();

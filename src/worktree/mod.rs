@@ -22,7 +22,7 @@ use crate::git::{CopyError, Repo};
 use crate::state::LoopPaths;
 
 pub use gc::{GcOptions, gc};
-pub use make::{RestoreError, Synced, create, exclude_text, migrate, restore, sync};
+pub use make::{RestoreError, Synced, create, exclude_text, migrate, restore, restore_held, sync};
 
 /// Where a loop's worktree is, on this machine.
 #[derive(Debug, Clone, PartialEq, Eq)]

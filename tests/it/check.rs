@@ -791,6 +791,7 @@ fn loop_schema_keys_are_accepted_by_the_checker() {
         ("worktree", "WorktreeFile"),
         ("sandbox", "SandboxFile"),
         ("notify", "NotifyFile"),
+        ("remote", "RemoteFile"),
     ] {
         table(name, def, &mut text);
     }

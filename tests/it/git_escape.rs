@@ -184,7 +184,9 @@ fn an_agent_reads_only_its_branchs_history() {
         r#"{{ git log --all -p; git stash list; git fsck --lost-found --unreachable; git cat-file --batch-all-objects --batch; cat .git; cat "$(sed 's/^gitdir: //' .git)/config"; git -C "$LOOPFLOW_PROJECT" stash show -p; cat "$LOOPFLOW_PROJECT/.git/config"; cat "$LOOPFLOW_PROJECT"/.git/objects/*/* ; for d in "$LOOPFLOW_PROJECT"/.git/objects/pack/*; do cat "$d"; done; }} > loot.txt 2>&1; cp loot.txt '{l}' 2>/dev/null; true"#,
         l = loot.display()
     );
-    attacked_loop(&p, &tools, &attack, "enforce");
+    // `auto`: `enforce` would refuse to run beside the configured token at all (a loop
+    // with worktrees off would read it); the kernel confines reads all the same.
+    attacked_loop(&p, &tools, &attack, "auto");
     let r = p.lf(&["run", "--loop", "x", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = String::from_utf8_lossy(
@@ -196,4 +198,12 @@ fn an_agent_reads_only_its_branchs_history() {
     assert!(!loot.exists(), "the agent wrote outside its worktree");
     // What it could read (its branch) it did: the attack ran.
     assert!(seen.contains("init"), "{seen}");
+    // The token is named for the human, and said to be out of the tick's reach here.
+    assert!(
+        p.events("x").iter().any(|e| e.contains("credential: ")
+            && e.contains("out of the tick's reach")
+            && !e.contains(secret)),
+        "{:?}",
+        p.events("x")
+    );
 }

@@ -28,6 +28,7 @@ mod isolation;
 mod notify;
 mod programs;
 mod projects;
+mod remote;
 mod report;
 mod review;
 mod robustness;
