@@ -325,12 +325,7 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
         ));
         if !o.dry_run {
             let p = w.path.display().to_string();
-            let mut args = vec!["worktree", "remove"];
-            if o.force {
-                args.extend(["--force", "--force"]);
-            }
-            args.push(&p);
-            ok(git(project, &args)?, &format!("worktree remove {p}"))?;
+            remove(project, &w.path, o.force)?;
             let paths = LoopPaths::new(project, name);
             if paths.dir.is_dir() {
                 let _ = paths.log(
@@ -373,6 +368,20 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
         });
     }
     Ok(GcReport { lines, kept })
+}
+
+/// Removes a loop's linked worktree and git's record of it (`git worktree remove`;
+/// `force`: uncommitted changes and a lock too). `worktree gc` and `delete` remove
+/// worktrees through here.
+pub fn remove(project: &Path, worktree: &Path, force: bool) -> Result<(), GitError> {
+    let p = worktree.display().to_string();
+    let mut args = vec!["worktree", "remove"];
+    if force {
+        args.extend(["--force", "--force"]);
+    }
+    args.push(&p);
+    ok(git(project, &args)?, &format!("worktree remove {p}"))?;
+    Ok(())
 }
 
 fn delete_branch(

@@ -28,7 +28,7 @@ mod schtasks;
 mod systemd;
 
 pub use agents::AgentUse;
-pub use install::{disable_best_effort, enable_best_effort, install, uninstall};
+pub use install::{disable_best_effort, enable_best_effort, install, read_record, uninstall};
 pub use orphans::{describe as describe_orphan, orphans, remove as remove_orphan};
 
 /// Why a schedule could not be installed, removed or toggled.

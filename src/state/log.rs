@@ -29,6 +29,7 @@ pub enum Event {
     DaemonStopped,
     Land,
     Discard,
+    Close,
 }
 
 impl Event {
@@ -51,6 +52,7 @@ impl Event {
             Event::DaemonStopped => "DAEMON_STOPPED",
             Event::Land => "LAND",
             Event::Discard => "DISCARD",
+            Event::Close => "CLOSE",
         }
     }
 }
@@ -293,10 +295,15 @@ pub fn halt_logged(path: &Path) -> Option<bool> {
     let lines = text.lines().skip(usize::from(!whole));
     let last = lines
         .filter_map(parse_line)
-        .filter(|e| e.event == Event::Halt.as_str() || e.event == Event::Approve.as_str())
+        .filter(|e| {
+            e.event == Event::Halt.as_str()
+                || e.event == Event::Close.as_str()
+                || e.event == Event::Approve.as_str()
+        })
         .last();
+    // `CLOSE` records a halt too (`closed`), written by the human who set it.
     match last {
-        Some(e) => Some(e.event == Event::Halt.as_str()),
+        Some(e) => Some(e.event != Event::Approve.as_str()),
         None => whole.then_some(false),
     }
 }

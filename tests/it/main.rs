@@ -20,6 +20,7 @@ mod exec;
 mod git_versions;
 mod halts;
 mod harness_limits;
+mod human_verbs;
 mod isolation;
 mod notify;
 mod programs;
