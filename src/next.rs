@@ -35,8 +35,37 @@ pub enum Next {
 /// The next tick of a loop in `state`. Nothing is spawned: an audit work source is not
 /// run (its task is the one the state last recorded), a backlog file is read.
 pub fn next(cfg: &LoopConfig, state: &State, paths: &LoopPaths) -> Next {
+    let place = cfg.worktree.then(|| crate::worktree::place(paths, state));
+    next_at(cfg, state, paths, place)
+}
+
+/// [`next`] for `status`, which reads every loop: the worktree found with one `lstat`
+/// (its `.git` there or not) instead of the gate's full look (the worktree's record read
+/// both ways, two `realpath`s: ~29 system calls a loop). A state naming a worktree
+/// elsewhere (a copied project) still gets the full look.
+pub fn next_glance(cfg: &LoopConfig, state: &State, paths: &LoopPaths) -> Next {
+    let place = cfg.worktree.then(|| {
+        let recorded = crate::worktree::dir(paths, state);
+        if recorded != paths.worktree {
+            return crate::worktree::place(paths, state);
+        }
+        if recorded.join(".git").symlink_metadata().is_ok() {
+            crate::worktree::Place::Own(recorded)
+        } else {
+            crate::worktree::Place::Missing(recorded)
+        }
+    });
+    next_at(cfg, state, paths, place)
+}
+
+fn next_at(
+    cfg: &LoopConfig,
+    state: &State,
+    paths: &LoopPaths,
+    place: Option<crate::worktree::Place>,
+) -> Next {
     let work = WorkSourceReader::new(cfg, state, paths, true);
-    let gate = crate::brakes::evaluate(cfg, state, paths, &work);
+    let gate = crate::brakes::evaluate_at(cfg, state, paths, &work, place);
     let failing = || {
         gate.checks
             .iter()

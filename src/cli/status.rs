@@ -174,7 +174,7 @@ fn skipping(paths: &LoopPaths, s: &crate::state::State, cfg: &LoopConfig) -> Opt
     if s.halt.is_some() || paths.owns(s).is_err() {
         return None;
     }
-    match crate::next::next(cfg, s, paths) {
+    match crate::next::next_glance(cfg, s, paths) {
         crate::next::Next::Skips {
             reason,
             detail,
