@@ -225,14 +225,16 @@ Examples:
     Schedule(schedule::ScheduleArgs),
     /// Manage loop worktrees (`gc` prunes stale ones).
     Worktree(schedule::WorktreeArgs),
-    /// Run a real loop with a built-in fake agent in a throw-away project.
+    /// Run a real loop with a built-in fake agent in a throw-away project, then review,
+    /// approve and land its work.
     #[command(after_help = "\
 Examples:
   loopflow demo
-  loopflow demo --dir /tmp/loopflow-demo
+  loopflow demo --dir /tmp/loopflow-demo          the project is /tmp/loopflow-demo/project
 
-demo builds a project of its own: it takes no --project (and ignores LOOPFLOW_PROJECT);
---dir says where.")]
+demo builds a git repository of its own (D/project; without git on PATH, a plain
+directory and no branch to land): it takes no --project (and ignores LOOPFLOW_PROJECT);
+--dir says where. Offline; well under a second once built.")]
     Demo(demo::DemoArgs),
     /// Set a project up: .loopflow/, a first loop from a template, .gitignore lines.
     #[command(after_help = "\
