@@ -478,8 +478,9 @@ pub fn approve(
 pub struct ClosedLoop {
     /// The halt the close replaced, if the loop was halted.
     pub was: Option<HaltReason>,
-    /// What uninstalling the schedule said (one line each), or why it failed.
-    pub schedule: Result<Vec<String>, crate::schedule::ScheduleError>,
+    /// What uninstalling the installed schedule said (one line each), or why it failed;
+    /// `None` when none was installed.
+    pub schedule: Option<Result<Vec<String>, crate::schedule::ScheduleError>>,
 }
 
 /// `loopflow close`: a human accepts the loop's work and ends it. The `closed` halt
@@ -522,15 +523,15 @@ pub fn close(
         args.push(LogArg::Kv("was", w.to_string()));
     }
     paths.log(Event::Close, &args)?;
-    let installed = crate::schedule::read_record(paths).is_some();
-    let schedule = crate::schedule::uninstall(paths);
-    if installed {
-        let mut args = vec![LogArg::Kv("uninstalled", schedule.is_ok().to_string())];
-        if let Err(e) = &schedule {
+    let schedule = crate::schedule::read_record(paths).map(|_| {
+        let done = crate::schedule::uninstall(paths);
+        let mut args = vec![LogArg::Kv("uninstalled", done.is_ok().to_string())];
+        if let Err(e) = &done {
             args.push(LogArg::Kv("reason", e.to_string()));
         }
         let _ = paths.log(Event::Schedule, &args);
-    }
+        done
+    });
     Ok(Some(ClosedLoop { was, schedule }))
 }
 

@@ -61,18 +61,13 @@ pub fn close(project: &Path, a: CloseArgs) -> i32 {
             .unwrap_or_default()
     );
     match &c.schedule {
-        Ok(said) => {
-            if crate::schedule::read_record(&paths).is_none()
-                && said.iter().any(|l| l.contains("nothing to do"))
-            {
-                outln!("no schedule was installed");
-            } else {
-                for l in said {
-                    outln!("schedule: {}", out::printable(l));
-                }
+        None => outln!("no schedule was installed"),
+        Some(Ok(said)) => {
+            for l in said {
+                outln!("schedule: {}", out::printable(l));
             }
         }
-        Err(e) => eprintln!(
+        Some(Err(e)) => eprintln!(
             "warning: its schedule could not be uninstalled ({e}); `loopflow schedule uninstall --loop {name}` tries again (its ticks skip `halted:closed` meanwhile)"
         ),
     }

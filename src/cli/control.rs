@@ -220,16 +220,15 @@ pub fn halt(project: &Path, a: HaltArgs) -> i32 {
 }
 
 /// Refuses a closed loop for `verb`; prints why and what to do instead.
-pub(super) fn refuse_closed(state: &crate::state::State, verb: &str) -> Option<i32> {
+pub(super) fn refuse_closed(name: &str, state: &crate::state::State, verb: &str) -> Option<i32> {
     let h = state.halt.as_ref()?;
     if h.reason != HaltReason::Closed {
         return None;
     }
-    let name = &state.name;
     eprintln!(
         "error: loop {name} is closed ({}, at {}): `{verb}` does not reopen a closed loop, whose work was accepted",
         out::printable(h.detail.as_deref().unwrap_or("closed")),
-        h.at
+        out::printable(&h.at)
     );
     eprintln!(
         "  for new work, create a loop (`loopflow create --loop NAME --task \"…\"`), or remove this one first to use its name again (`loopflow delete --loop {name} --yes`)"
@@ -256,7 +255,7 @@ pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return report(&RunError::State(e)),
     };
-    if let Some(code) = refuse_closed(&state, "approve") {
+    if let Some(code) = refuse_closed(&a.loop_name, &state, "approve") {
         return code;
     }
     let budget = crate::state::Spent {

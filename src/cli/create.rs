@@ -130,9 +130,10 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
                 .is_some_and(|c| matches!(c.work_source, WorkSource::Single));
             match (&a.task, task) {
                 (None, Some(t)) => outln!("  task: {} (the template's)", out::printable(&t)),
-                (None, None) if single => {
-                    outln!("  note: no --task given; the loop skips until it has one")
-                }
+                (None, None) if single => outln!(
+                    "  note: no --task given; the loop skips until it has one: `loopflow task --loop {} \"…\"`",
+                    a.loop_name
+                ),
                 _ => {}
             }
             super::projects::offer(project);

@@ -582,6 +582,14 @@ pub fn status_many(sources: &[crate::projects::Source], a: StatusArgs) -> i32 {
         out::write(status_table(&rows, &names).as_bytes());
     }
     for r in &rows {
+        if let Some(k) = &r.skipping {
+            outln!(
+                "note: {}: every tick skips ({}): {}",
+                printable(&r.name),
+                printable(&k.reason),
+                printable(&k.fix)
+            );
+        }
         if r.config_error.is_some() {
             outln!(
                 "note: {}: invalid loop.toml (`loopflow check` in {} lists every problem)",

@@ -50,7 +50,7 @@ pub fn task(project: &Path, a: TaskArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return report(&RunError::State(e)),
     };
-    if let Some(code) = refuse_closed(&state, "task") {
+    if let Some(code) = refuse_closed(&a.loop_name, &state, "task") {
         return code;
     }
     // A loop whose tasks come from a backlog or an audit would read its next task over
