@@ -124,7 +124,8 @@ pub fn evaluate_at(
 
     let mut budget_fail = None;
     let mut budget_detail = Vec::new();
-    if let Some(limit) = b.max_budget_usd {
+    let limits = b.budget(&state.extra_budget);
+    if let Some(limit) = limits.usd {
         budget_detail.push(format!(
             "usd {}/{}",
             fmt_num(state.spent.usd),
@@ -134,13 +135,13 @@ pub fn evaluate_at(
             budget_fail.get_or_insert(Budget::Usd);
         }
     }
-    if let Some(limit) = b.max_tokens {
+    if let Some(limit) = limits.tokens {
         budget_detail.push(format!("tokens {}/{limit}", state.spent.tokens));
         if state.spent.tokens >= limit {
             budget_fail.get_or_insert(Budget::Tokens);
         }
     }
-    if let Some(limit) = b.max_seconds {
+    if let Some(limit) = limits.seconds {
         budget_detail.push(format!(
             "seconds {}/{}",
             fmt_num(state.spent.seconds),

@@ -115,6 +115,9 @@ pub struct CreateOptions<'a> {
     pub harness: Option<Harness>,
     /// `[remote] name`: the loop's state of record lives on this git remote (DESIGN §16).
     pub remote: Option<String>,
+    /// `[worktree] dir`: where its worktree lives instead of under
+    /// `~/.local/state/loopflow/worktrees` (absolute; never inside the project).
+    pub worktree_dir: Option<std::path::PathBuf>,
 }
 
 /// A new loop's agent and models (`--agent`, `--model`, `--verify-model`; the demo's
@@ -266,7 +269,7 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     // The worktree first: a project it cannot be made for gets no loop directory either.
     // (Its `info/exclude` follows the loop's blast radius from the first tick on.)
     let worktree_path = if o.worktree {
-        Some(create_worktree(&paths, None, &[])?)
+        Some(create_worktree(&paths, o.worktree_dir.as_deref(), &[])?)
     } else {
         None
     };
@@ -277,6 +280,12 @@ pub fn create(project: &Path, o: &CreateOptions<'_>) -> Result<LoopPaths, Create
     };
     if !o.worktree {
         toml = toml.replace("[worktree]\nenabled = true", "[worktree]\nenabled = false");
+    }
+    if let Some(d) = &o.worktree_dir {
+        let line = format!("dir = {}", toml_string(&d.display().to_string()));
+        if let Some(t) = set_in_table(&toml, "worktree", &["dir"], &line) {
+            toml = t;
+        }
     }
     if let Some(r) = &o.remote {
         toml.push_str(&format!(

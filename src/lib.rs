@@ -28,6 +28,7 @@ mod human;
 mod land;
 mod lifecycle;
 mod load;
+mod next;
 mod node;
 mod notify;
 mod out;

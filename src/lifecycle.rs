@@ -1,7 +1,8 @@
 //! A loop's life between ticks and at their ends: the commit that advances it, halts
 //! (one function, whatever the cause, and each one tells the installed schedule), the
-//! count of aborted ticks, approvals and phase transitions. Everything that writes
-//! `.state.loop` goes through here, under the state lock.
+//! count of aborted ticks, and the human's commands between ticks: approvals, a new
+//! task, closing, phase transitions. Everything that writes `.state.loop` goes through
+//! here, under the state lock.
 
 use crate::reason::{Failure, HaltReason, Intervention};
 use crate::state::tamper::{Watched, forged_fields};
@@ -137,22 +138,34 @@ pub fn halt(
     Ok(set.is_some())
 }
 
-/// `loopflow halt --reason R`: a human's halt replaces whatever halt stood.
-pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<HaltReason, StateError> {
+/// `loopflow halt --reason R`: a human's halt replaces whatever halt stood, except
+/// `closed` (a closed loop stays closed: halting and approving it must not reopen it).
+/// `None` when the loop is closed.
+pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<Option<HaltReason>, StateError> {
     let reason: HaltReason = text
         .replace(['\n', '\r'], " ")
         .parse()
         .unwrap_or_else(|never| match never {});
-    let (state, ()) = paths.update(|s| {
+    let (state, set) = paths.update(|s| {
+        if s.halt
+            .as_ref()
+            .is_some_and(|h| h.reason == HaltReason::Closed)
+        {
+            return false;
+        }
         s.halt = Some(Halt {
             reason: reason.clone(),
             detail: Some("halted by `loopflow halt`".into()),
             at: now(),
             iteration: s.iteration_count,
         });
+        true
     })?;
+    if !set {
+        return Ok(None);
+    }
     announce(paths, &state, &reason, None)?;
-    Ok(reason)
+    Ok(Some(reason))
 }
 
 /// Counts an aborted tick; `max` in a row halts the loop `human_intervention:harness_failing`.
@@ -343,11 +356,48 @@ fn apply(s: &mut State, delta: &Delta, task: Option<&str>, window: usize) {
     }
 }
 
+/// A human's command between ticks (`approve`, `task`, `close`, `delete`): it holds the
+/// loop's tick lock, so no tick is running when it is taken and none starts until it is
+/// dropped (a scheduled one logs `SKIP reason=locked`). An agent inside a tick can
+/// therefore never approve, extend, retask, close or delete its own loop, and a tick never
+/// starts on a state half-way through a human's change.
+pub struct Between {
+    _lock: crate::state::TickLock,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HumanError {
+    #[error(
+        "refused: a tick of loop {0} is running; `{1}` is a human's decision between ticks: run it again when the tick ends"
+    )]
+    TickRunning(String, &'static str),
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+impl Between {
+    /// Takes the loop's tick lock for `verb`, without waiting.
+    pub fn take(paths: &LoopPaths, verb: &'static str) -> Result<Between, HumanError> {
+        match paths.try_lock_tick()? {
+            Some(lock) => Ok(Between { _lock: lock }),
+            None => Err(HumanError::TickRunning(paths.name.clone(), verb)),
+        }
+    }
+}
+
 /// A human's approval (D4).
+#[derive(Debug, Clone, Default)]
 pub struct Approve<'a> {
     pub by: &'a str,
     pub note: Option<&'a str>,
     pub extend: u64,
+    /// Budget added on top of `[brakes]`'s limits (`--budget-usd +N`, …).
+    pub budget: crate::state::Spent,
+    /// Forget the score history, so the plateau window fills afresh.
+    pub reset_scores: bool,
+    /// The halt the human saw and approves: only that one is cleared (a halt set since
+    /// stands). A `closed` halt is never cleared.
+    pub clears: Option<Halt>,
 }
 
 /// What an approval did.
@@ -356,44 +406,50 @@ pub struct Approved {
     pub cleared: Option<HaltReason>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ApproveError {
-    #[error("refused: a tick of loop {0} is running; approvals are made by a human between ticks")]
-    TickRunning(String),
-    #[error(transparent)]
-    State(#[from] StateError),
+/// An approval's change to the state; returns the halt it cleared. [`approve`] writes it,
+/// and `approve` on the command line first looks at what the next tick would do after it.
+pub fn apply_approval(s: &mut State, a: &Approve<'_>, head: Option<String>) -> Option<HaltReason> {
+    let clears = s.halt.is_some()
+        && s.halt == a.clears
+        && s.halt
+            .as_ref()
+            .is_some_and(|h| h.reason != HaltReason::Closed);
+    let cleared = if clears {
+        s.halt.take().map(|h| h.reason)
+    } else {
+        None
+    };
+    let plateau = HaltReason::VerifierFailed(crate::reason::VerifierFailure::ScorePlateau);
+    if cleared.as_ref() == Some(&plateau) || a.reset_scores {
+        // Otherwise the same flat window would halt the very next tick.
+        s.score_history.clear();
+    }
+    s.consecutive_aborts = 0;
+    s.extra_iterations = s.extra_iterations.saturating_add(a.extend);
+    let e = &mut s.extra_budget;
+    e.usd = (e.usd + a.budget.usd.max(0.0)).min(f64::MAX);
+    e.tokens = e.tokens.saturating_add(a.budget.tokens);
+    e.seconds = (e.seconds + a.budget.seconds.max(0.0)).min(f64::MAX);
+    s.approvals.push(Approval {
+        by: a.by.to_string(),
+        at: now(),
+        note: a.note.map(str::to_string),
+        cleared: cleared.as_ref().map(ToString::to_string),
+        extend: a.extend,
+        head,
+    });
+    cleared
 }
 
-/// Clears a halt and/or extends the cap, recorded in state and log; re-enables a schedule
-/// a halt disabled. Refused while a tick holds the lock, whatever the state says: an agent
-/// inside a tick can never approve or extend its own loop.
-pub fn approve(paths: &LoopPaths, a: &Approve<'_>) -> Result<Approved, ApproveError> {
-    if paths.tick_running()? {
-        return Err(ApproveError::TickRunning(paths.name.clone()));
-    }
+/// Clears the halt the human saw and/or extends the caps, recorded in state and log;
+/// re-enables a schedule a halt disabled. Only between ticks ([`Between`]).
+pub fn approve(
+    paths: &LoopPaths,
+    _between: &Between,
+    a: &Approve<'_>,
+) -> Result<Approved, StateError> {
     let head = crate::review::approved_head(paths);
-    let (state, cleared) = paths.update(|s| {
-        let cleared = s.halt.take().map(|h| h.reason);
-        if cleared
-            == Some(HaltReason::VerifierFailed(
-                crate::reason::VerifierFailure::ScorePlateau,
-            ))
-        {
-            // Otherwise the same flat window would halt the very next tick.
-            s.score_history.clear();
-        }
-        s.consecutive_aborts = 0;
-        s.extra_iterations = s.extra_iterations.saturating_add(a.extend);
-        s.approvals.push(Approval {
-            by: a.by.to_string(),
-            at: now(),
-            note: a.note.map(str::to_string),
-            cleared: cleared.as_ref().map(ToString::to_string),
-            extend: a.extend,
-            head,
-        });
-        cleared
-    })?;
+    let (state, cleared) = paths.update(|s| apply_approval(s, a, head))?;
     let mut args = vec![LogArg::Kv("by", a.by.to_string())];
     if let Some(n) = a.note {
         args.push(LogArg::Kv("note", n.to_string()));
@@ -404,9 +460,119 @@ pub fn approve(paths: &LoopPaths, a: &Approve<'_>) -> Result<Approved, ApproveEr
     if a.extend > 0 {
         args.push(LogArg::Kv("extend", a.extend.to_string()));
     }
+    if a.budget.usd > 0.0 {
+        args.push(LogArg::Kv("budget_usd", fmt_score(a.budget.usd)));
+    }
+    if a.budget.tokens > 0 {
+        args.push(LogArg::Kv("budget_tokens", a.budget.tokens.to_string()));
+    }
+    if a.budget.seconds > 0.0 {
+        args.push(LogArg::Kv("budget_seconds", fmt_score(a.budget.seconds)));
+    }
+    if a.reset_scores {
+        args.push(LogArg::Kv("reset_scores", "true".into()));
+    }
     paths.log(Event::Approve, &args)?;
     crate::schedule::enable_best_effort(paths);
     Ok(Approved { state, cleared })
+}
+
+/// What `close` did.
+pub struct ClosedLoop {
+    /// The halt the close replaced, if the loop was halted.
+    pub was: Option<HaltReason>,
+    /// What uninstalling the installed schedule said (one line each), or why it failed;
+    /// `None` when none was installed.
+    pub schedule: Option<Result<Vec<String>, crate::schedule::ScheduleError>>,
+}
+
+/// `loopflow close`: a human accepts the loop's work and ends it. The `closed` halt
+/// replaces any other and `approve` never clears it; the schedule is uninstalled (a
+/// closed loop has nothing left to tick). Logged `CLOSE by=… [note=…] [was=<halt>]`; no
+/// notifier runs (the human is the one who closed it). `None` when it was closed already.
+pub fn close(
+    paths: &LoopPaths,
+    _between: &Between,
+    by: &str,
+    note: Option<&str>,
+) -> Result<Option<ClosedLoop>, StateError> {
+    let (_, was) = paths.update(|s| {
+        if s.halt
+            .as_ref()
+            .is_some_and(|h| h.reason == HaltReason::Closed)
+        {
+            return None;
+        }
+        let was = s.halt.take().map(|h| h.reason);
+        s.halt = Some(Halt {
+            reason: HaltReason::Closed,
+            detail: Some(match note {
+                Some(n) => format!("closed by {by}: {n}"),
+                None => format!("closed by {by}"),
+            }),
+            at: now(),
+            iteration: s.iteration_count,
+        });
+        Some(was)
+    })?;
+    let Some(was) = was else {
+        return Ok(None);
+    };
+    let mut args = vec![LogArg::Kv("by", by.to_string())];
+    if let Some(n) = note {
+        args.push(LogArg::Kv("note", n.to_string()));
+    }
+    if let Some(w) = &was {
+        args.push(LogArg::Kv("was", w.to_string()));
+    }
+    paths.log(Event::Close, &args)?;
+    let schedule = crate::schedule::read_record(paths).map(|_| {
+        let done = crate::schedule::uninstall(paths);
+        let mut args = vec![LogArg::Kv("uninstalled", done.is_ok().to_string())];
+        if let Err(e) = &done {
+            args.push(LogArg::Kv("reason", e.to_string()));
+        }
+        let _ = paths.log(Event::Schedule, &args);
+        done
+    });
+    Ok(Some(ClosedLoop { was, schedule }))
+}
+
+/// What `task` did: the task it replaced, and whether the text changed.
+pub struct TaskSet {
+    pub previous: Option<String>,
+    pub changed: bool,
+}
+
+/// `loopflow task TEXT`: sets or replaces the current task, recorded as `TASK by=…
+/// task=… [was=…]` with `task_source` saying who set it. A different task starts the
+/// plateau window afresh and drops the last verdict, whose reasons and hint were about
+/// the old one. Only between ticks ([`Between`]).
+pub fn set_task(
+    paths: &LoopPaths,
+    _between: &Between,
+    text: &str,
+    by: &str,
+) -> Result<TaskSet, StateError> {
+    let (_, set) = paths.update(|s| {
+        let previous = s.current_task.replace(text.to_string());
+        let changed = previous.as_deref() != Some(text);
+        if changed {
+            s.score_history.clear();
+            s.last_verdict = None;
+        }
+        s.task_source = Some(format!("task by {by}"));
+        TaskSet { previous, changed }
+    })?;
+    let mut args = vec![
+        LogArg::Kv("by", by.to_string()),
+        LogArg::Kv("task", text.to_string()),
+    ];
+    if let Some(p) = set.previous.as_ref().filter(|_| set.changed) {
+        args.push(LogArg::Kv("was", p.clone()));
+    }
+    paths.log(Event::Task, &args)?;
+    Ok(set)
 }
 
 /// Moves the loop's task to another phase; returns the phase it left.
@@ -420,4 +586,94 @@ pub fn transition(paths: &LoopPaths, to: &str) -> Result<String, StateError> {
         ],
     )?;
     Ok(from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reason::VerifierFailure;
+
+    fn halted(reason: HaltReason) -> State {
+        let mut s = State::new("l", Some("t".into()), None);
+        s.halt = Some(Halt {
+            reason,
+            detail: None,
+            at: "2026-12-07T10:00:00Z".into(),
+            iteration: 3,
+        });
+        s.score_history = vec![0.5, 0.5, 0.5];
+        s
+    }
+
+    #[test]
+    fn an_approval_clears_only_the_halt_the_human_saw() {
+        let mut s = halted(HaltReason::IterationsExhausted);
+        let seen = s.halt.clone();
+        let a = Approve {
+            by: "me",
+            extend: 2,
+            clears: seen.clone(),
+            ..Approve::default()
+        };
+        assert_eq!(
+            apply_approval(&mut s, &a, None),
+            Some(HaltReason::IterationsExhausted)
+        );
+        assert_eq!(s.halt, None);
+        assert_eq!(s.extra_iterations, 2);
+        assert_eq!(s.score_history, [0.5, 0.5, 0.5], "kept unless asked");
+        // A halt set since the human looked stands.
+        let mut s = halted(HaltReason::Other("newer".into()));
+        assert_eq!(apply_approval(&mut s, &a, None), None);
+        assert!(s.halt.is_some());
+        assert_eq!(s.approvals.len(), 1, "the approval is still recorded");
+    }
+
+    #[test]
+    fn a_closed_loop_is_never_reopened_by_an_approval() {
+        let mut s = halted(HaltReason::Closed);
+        let a = Approve {
+            by: "me",
+            clears: s.halt.clone(),
+            ..Approve::default()
+        };
+        assert_eq!(apply_approval(&mut s, &a, None), None);
+        assert_eq!(s.halt.map(|h| h.reason), Some(HaltReason::Closed));
+    }
+
+    #[test]
+    fn plateau_and_reset_scores_empty_the_window_and_budgets_add_up() {
+        let plateau = HaltReason::VerifierFailed(VerifierFailure::ScorePlateau);
+        let mut s = halted(plateau.clone());
+        let a = Approve {
+            by: "me",
+            clears: s.halt.clone(),
+            ..Approve::default()
+        };
+        assert_eq!(apply_approval(&mut s, &a, None), Some(plateau));
+        assert!(s.score_history.is_empty());
+        let mut s = halted(HaltReason::GoalMet);
+        let a = Approve {
+            by: "me",
+            reset_scores: true,
+            budget: crate::state::Spent {
+                usd: 2.5,
+                tokens: 100,
+                seconds: 60.0,
+            },
+            ..Approve::default()
+        };
+        apply_approval(&mut s, &a, None);
+        apply_approval(&mut s, &a, None);
+        assert!(s.score_history.is_empty());
+        assert_eq!(s.halt.map(|h| h.reason), Some(HaltReason::GoalMet));
+        assert_eq!(
+            s.extra_budget,
+            crate::state::Spent {
+                usd: 5.0,
+                tokens: 200,
+                seconds: 120.0
+            }
+        );
+    }
 }

@@ -154,6 +154,9 @@ pub fn load(
                 &mut diags,
                 &mut prompts,
             );
+            if pipeline_arg.is_none() {
+                check_unused_roles(&config, &p.view(), &p.source.name, &mut diags);
+            }
             Some(p)
         }
         PipelineRead::Invalid(d) => {
@@ -283,11 +286,21 @@ pub fn check_config(
     match read_pipeline(cfg, None, base, diags) {
         PipelineRead::Valid(pl) => {
             cross_check(cfg, &pl.view(), &pl.source.name, base, diags);
+            check_unused_roles(cfg, &pl.view(), &pl.source.name, diags);
             if p.complete {
                 explained.push(crate::explain::explain(cfg, &pl));
             }
         }
-        PipelineRead::Invalid(d) => cross_check(cfg, &d.view(), &d.source.name, base, diags),
+        PipelineRead::Invalid(d) => {
+            cross_check(cfg, &d.view(), &d.source.name, base, diags);
+            // A draft with syntax errors may lack nodes that run a role.
+            let whole = !diags.items.iter().any(|x| {
+                x.code == Code::TomlSyntax && std::sync::Arc::ptr_eq(&x.source, &d.source)
+            });
+            if whole {
+                check_unused_roles(cfg, &d.view(), &d.source.name, diags);
+            }
+        }
         PipelineRead::Unreadable => check_prompt_files(cfg, base, diags),
     }
 }
@@ -470,19 +483,7 @@ fn cross_check_reading(
         };
         let Some(cfg) = lc.roles.get(&role.value) else {
             let known: Vec<&str> = lc.roles.keys().map(String::as_str).collect();
-            let near = suggest(&role.value, known.iter().copied()).or_else(|| {
-                // `verify` vs `verifier`: a long shared prefix is a near miss too.
-                let shared = |k: &str| {
-                    k.chars()
-                        .zip(role.value.chars())
-                        .take_while(|(a, b)| a == b)
-                        .count()
-                };
-                known
-                    .iter()
-                    .copied()
-                    .find(|k| shared(k) >= 4 && 2 * shared(k) >= role.value.len())
-            });
+            let near = near_role(&role.value, &known);
             // Point at the near-miss table when there is one, else at `[roles]`.
             let (span, label) = match near.and_then(|n| lc.roles.get(n)) {
                 Some(r) => (
@@ -579,6 +580,87 @@ fn cross_check_reading(
     check_model_divergence(lc, view, diags);
 }
 
+/// The configured role `role` most likely means (`verfy` → `verify`, `verifier` →
+/// `verify`), if one is close.
+fn near_role<'a>(role: &str, known: &[&'a str]) -> Option<&'a str> {
+    suggest(role, known.iter().copied()).or_else(|| {
+        // `verify` vs `verifier`: a long shared prefix is a near miss too.
+        let shared = |k: &str| {
+            k.chars()
+                .zip(role.chars())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        known
+            .iter()
+            .copied()
+            .find(|k| shared(k) >= 4 && 2 * shared(k) >= role.len())
+    })
+}
+
+/// `[roles.<name>]` tables no node of the pipeline runs: their settings would silently do
+/// nothing. One whose name is a near miss of a role the pipeline runs is a typo
+/// (`[roles.verfy] model = "opus"` leaves the verifier on its default model): an error,
+/// as an unknown key is (and, like one, ignorable). Any other is a warning: a table kept
+/// for a pipeline run by hand (`run PIPELINE`), or the role tables `create` writes under
+/// a pipeline of command nodes. A table that `missing-role` already names as the near
+/// miss of a role the pipeline runs is not reported twice. Only against the loop's own
+/// pipeline, read whole (a pipeline given to `run`, or one whose syntax errors hide
+/// nodes, says nothing about what the loop runs).
+fn check_unused_roles(
+    lc: &LoopConfig,
+    view: &View<'_>,
+    pipeline_name: &str,
+    diags: &mut Diagnostics,
+) {
+    let run: Vec<&str> = view
+        .nodes()
+        .iter()
+        .filter_map(|n| n.spec.role().map(|r| r.value.as_str()))
+        .collect();
+    let configured: Vec<&str> = lc.roles.keys().map(String::as_str).collect();
+    let mut distinct = run.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let named_by_missing: Vec<&str> = distinct
+        .iter()
+        .filter(|r| !lc.roles.contains_key(**r))
+        .filter_map(|r| near_role(r, &configured))
+        .collect();
+    for role in lc.roles.values() {
+        let name = role.name.as_str();
+        if run.contains(&name) || named_by_missing.contains(&name) {
+            continue;
+        }
+        let message = format!(
+            "no node of {pipeline_name} runs role `{name}`: nothing in `[roles.{name}]` takes effect"
+        );
+        let span = role.name_span.clone();
+        let d = match near_role(name, &distinct) {
+            Some(meant) => Diagnostic::error(Code::UnusedRole, &lc.source, span, message)
+                .label(format!("`{meant}` runs, not `{name}`"))
+                .help(if lc.roles.contains_key(meant) {
+                    format!(
+                        "did you mean `{meant}`? `[roles.{meant}]` exists too: move these keys into it, and remove this table"
+                    )
+                } else {
+                    format!("did you mean `{meant}`? rename the table to `[roles.{meant}]`")
+                }),
+            None => Diagnostic::warning(Code::UnusedRole, &lc.source, span, message)
+                .label("no node runs this role")
+                .help(format!(
+                    "the pipeline runs {}; remove the table, or add a harness node with `role = \"{name}\"` (a table kept for a pipeline you run by hand can be silenced with `# loopflow: ignore[unused-role]`)",
+                    match distinct.as_slice() {
+                        [] => "no roles".to_string(),
+                        [one] => format!("role `{one}`"),
+                        r => format!("roles {}", list(r)),
+                    }
+                )),
+        };
+        diags.push(d);
+    }
+}
+
 /// D12: when implement and verify name different models, the command each runs must
 /// pass `{{model}}`, or both would silently use the agent's default model.
 fn check_model_divergence(lc: &LoopConfig, view: &View<'_>, diags: &mut Diagnostics) {
@@ -636,5 +718,89 @@ fn check_model_divergence(lc: &LoopConfig, view: &View<'_>, diags: &mut Diagnost
             .label("this command runs the agent's default model for every role")
             .help("add the agent's model flag with `{{model}}`, e.g. `\"--model\", \"{{model}}\"`, so verification is really done by a different model"),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `check` of a loop.toml given as text, its prompt files present beside it.
+    fn check(text: &str) -> Diagnostics {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("a.md"), "do it\n").expect("prompt");
+        let path = dir.path().join("loop.toml");
+        let mut diags = Diagnostics::default();
+        if let Some(p) = LoopConfig::from_text(text.into(), &path, "loop.toml".into(), &mut diags) {
+            check_config(&p, dir.path(), &mut diags, &mut Vec::new());
+        }
+        diags.finish();
+        diags
+    }
+
+    const ROLES: &str = "[brakes]\nmax_iterations = 3\n[roles.implement]\nprompt = \"a.md\"\n[roles.verify]\nprompt = \"a.md\"\n[roles.orchestrate]\nprompt = \"a.md\"\n";
+
+    #[test]
+    fn a_role_table_no_node_runs_is_reported_on_its_name() {
+        let text = format!("{ROLES}[roles.verfy]\nmodel = \"opus\"\n");
+        let d = check(&text);
+        assert_eq!(d.items.len(), 1, "{d:?}");
+        let u = &d.items[0];
+        assert_eq!(
+            (u.code, u.is_error()),
+            (Code::UnusedRole, true),
+            "a typo is an error"
+        );
+        assert_eq!(&text[u.span.clone()], "verfy");
+        assert_eq!(u.start(), (9, 8));
+        assert!(
+            u.help
+                .as_deref()
+                .is_some_and(|h| h.starts_with("did you mean `verify`? `[roles.verify]` exists")),
+            "{u:?}"
+        );
+        // Far from every role run: the roles are listed instead.
+        let text = format!("{ROLES}[roles.deploy]\nprompt = \"a.md\"\n");
+        let d = check(&text);
+        assert_eq!(d.items.len(), 1, "{d:?}");
+        assert_eq!(&text[d.items[0].span.clone()], "deploy");
+        assert!(!d.items[0].is_error(), "not a near miss: a warning");
+        assert!(
+            d.items[0]
+                .help
+                .as_deref()
+                .is_some_and(|h| h.contains("roles `implement`, `orchestrate` and `verify`")),
+            "{d:?}"
+        );
+        // Ignored on purpose; and a dotted key names the role too.
+        let text =
+            format!("{ROLES}# loopflow: ignore[unused-role]\n[roles.deploy]\nprompt = \"a.md\"\n");
+        assert!(check(&text).items.is_empty());
+        let text = format!("roles.extra.model = \"m\"\n{ROLES}");
+        let d = check(&text);
+        assert_eq!(d.items.len(), 1, "{d:?}");
+        assert_eq!(&text[d.items[0].span.clone()], "extra");
+    }
+
+    #[test]
+    fn a_misnamed_role_is_one_missing_role_not_also_an_unused_one() {
+        let text = ROLES.replace("[roles.verify]", "[roles.verfy]");
+        let d = check(&text);
+        let codes: Vec<Code> = d.items.iter().map(|x| x.code).collect();
+        assert_eq!(codes, [Code::MissingRole], "{d:?}");
+        assert_eq!(&text[d.items[0].span.clone()], "verfy");
+    }
+
+    #[test]
+    fn one_syntax_error_in_a_loop_toml_is_one_diagnostic() {
+        let text = format!(
+            "{ROLES}[blast_radius]\nallow = [\"**\",\ndeny = [\".git/**\"]\n\n[worktree]\nenabled = false\n"
+        );
+        let d = check(&text);
+        assert_eq!(d.items.len(), 1, "{d:?}");
+        assert_eq!(d.items[0].code, Code::TomlSyntax);
+        // Just after the comma that leaves `allow` open.
+        assert_eq!(d.items[0].start(), (10, 15));
+        assert!(d.items[0].message.contains("unclosed array"), "{d:?}");
     }
 }

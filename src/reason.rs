@@ -15,6 +15,9 @@ pub enum HaltReason {
     VerifierFailed(VerifierFailure),
     HumanIntervention(Intervention),
     GoalMet,
+    /// A human accepted the loop's work and ended it (`loopflow close`): unlike every
+    /// other halt, `approve` does not clear it.
+    Closed,
     /// Any other text: what a human gave `loopflow halt --reason`, or a reason a newer
     /// loopflow wrote. Kept verbatim.
     Other(String),
@@ -130,14 +133,15 @@ impl Intervention {
 }
 
 impl HaltReason {
-    /// Which of the five deaths this is. A human's own halt is a human intervention.
+    /// Which of the five deaths this is. A human's own halt is a human intervention; a
+    /// closed loop's work was accepted by a human, its goal met by their judgement.
     pub fn death(&self) -> Death {
         match self {
             HaltReason::IterationsExhausted => Death::IterationsExhausted,
             HaltReason::BudgetExhausted(_) => Death::BudgetExhausted,
             HaltReason::VerifierFailed(_) => Death::VerifierFailed,
             HaltReason::HumanIntervention(_) | HaltReason::Other(_) => Death::HumanIntervention,
-            HaltReason::GoalMet => Death::GoalMet,
+            HaltReason::GoalMet | HaltReason::Closed => Death::GoalMet,
         }
     }
 }
@@ -150,6 +154,7 @@ impl fmt::Display for HaltReason {
             HaltReason::VerifierFailed(v) => write!(f, "verifier_failed:{}", v.as_str()),
             HaltReason::HumanIntervention(i) => write!(f, "human_intervention:{}", i.as_str()),
             HaltReason::GoalMet => f.write_str("goal_met"),
+            HaltReason::Closed => f.write_str("closed"),
             HaltReason::Other(s) => f.write_str(s),
         }
     }
@@ -164,6 +169,7 @@ impl FromStr for HaltReason {
             None => match s {
                 "iterations_exhausted" => Some(HaltReason::IterationsExhausted),
                 "goal_met" => Some(HaltReason::GoalMet),
+                "closed" => Some(HaltReason::Closed),
                 _ => None,
             },
             Some(("budget_exhausted", u)) => [Budget::Usd, Budget::Tokens, Budget::Seconds]
@@ -381,6 +387,7 @@ mod tests {
             HaltReason::VerifierFailed(VerifierFailure::Unparseable),
             HaltReason::VerifierFailed(VerifierFailure::ScorePlateau),
             HaltReason::GoalMet,
+            HaltReason::Closed,
             HaltReason::Other("lunch break".into()),
             HaltReason::Other("budget_exhausted:yen".into()),
         ]

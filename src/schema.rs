@@ -170,7 +170,7 @@ pub mod files {
         Allow,
     }
 
-    /// How spawned processes are confined (DESIGN §12).
+    /// How spawned processes are confined: what they may read, write, reach and see.
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
@@ -203,7 +203,7 @@ pub mod files {
         pub telemetry: Option<TelemetryFile>,
     }
 
-    /// Where each tick's OpenTelemetry trace goes (DESIGN §14) when the standard
+    /// Where each tick's OpenTelemetry trace goes when the standard
     /// `OTEL_EXPORTER_OTLP_*` variables do not say; they win where both are set.
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]

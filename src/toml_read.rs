@@ -18,29 +18,32 @@ pub struct Str {
     pub span: Range<usize>,
 }
 
-/// Parses a document, reporting every syntax error. Returns `None` when it is unusable.
+mod resync;
+
+/// Parses a document, reporting every syntax error once (see [`resync`]). Returns `None`
+/// when it has any.
 pub fn parse<'s>(source: &'s SourceRef, diags: &mut Diagnostics) -> Option<Spanned<DeTable<'s>>> {
     let (table, errors) = DeTable::parse_recoverable(&source.text);
-    let had_errors = !errors.is_empty();
-    report(source, errors, diags);
-    (!had_errors).then_some(table)
+    if errors.is_empty() {
+        return Some(table);
+    }
+    report(source, resync::resync(&source.text, errors).0, diags);
+    None
 }
 
-fn report(source: &SourceRef, errors: Vec<toml::de::Error>, diags: &mut Diagnostics) {
+fn report(source: &SourceRef, errors: Vec<resync::Found>, diags: &mut Diagnostics) {
     for e in errors {
-        let span = e.span().unwrap_or(0..0);
-        let message = e.message().trim().to_string();
-        let (first, rest) = message.split_once('\n').unwrap_or((&message, ""));
+        let (first, rest) = e.message.split_once('\n').unwrap_or((&e.message, ""));
         let mut d = Diagnostic::error(
             Code::TomlSyntax,
             source,
-            span,
+            e.span,
             format!("invalid TOML: {first}"),
         )
         .label(first.to_string());
         let rest = rest.trim();
         d = d.help(if rest.is_empty() {
-            "fix the TOML syntax; loopflow files are TOML 1.0".to_string()
+            "fix the TOML syntax; loopflow files are TOML 1.0 (what this error breaks is left out of the other checks until it is fixed)".to_string()
         } else {
             rest.to_string()
         });
@@ -48,24 +51,30 @@ fn report(source: &SourceRef, errors: Vec<toml::de::Error>, diags: &mut Diagnost
     }
 }
 
-/// Parses a document as far as it goes: every syntax error is reported, and the table
-/// comes back even when there were some, without the values a syntax error touches (the
-/// parser's stand-ins for them would be reported as wrong types). `.1` is whether there
-/// were syntax errors: checks of what seems *absent* then say nothing, see
-/// [`Diagnostics::drop_syntax_echoes`].
+/// Parses a document as far as it goes: each syntax error is reported once, and the table
+/// comes back even when there were some, read from the text without the statements they
+/// broke ([`resync`]: the parser's guesses past an error would be reported as wrong
+/// types or unknown keys). `.1` is whether there were syntax errors: checks of what seems
+/// *absent* then say nothing, see [`Diagnostics::drop_syntax_echoes`].
 pub fn parse_partial<'s>(
     source: &'s SourceRef,
     diags: &mut Diagnostics,
 ) -> (Spanned<DeTable<'s>>, bool) {
-    let (mut table, errors) = DeTable::parse_recoverable(&source.text);
-    let spans: Vec<Range<usize>> = errors.iter().map(|e| e.span().unwrap_or(0..0)).collect();
-    let had_errors = !errors.is_empty();
-    report(source, errors, diags);
     diags.scan_ignores(source);
-    if had_errors {
-        strip(table.get_mut(), &source.text, &spans);
+    let (table, errors) = DeTable::parse_recoverable(&source.text);
+    if errors.is_empty() {
+        return (table, false);
     }
-    (table, had_errors)
+    let (found, resynced) = resync::resync(&source.text, errors);
+    report(source, found, diags);
+    let text = source.resynced(resynced);
+    let (mut table, left) = DeTable::parse_recoverable(text);
+    // Past the most errors reported, what still fails is left out as before.
+    if !left.is_empty() {
+        let spans: Vec<Range<usize>> = left.iter().map(|e| e.span().unwrap_or(0..0)).collect();
+        strip(table.get_mut(), text, &spans);
+    }
+    (table, true)
 }
 
 /// Whether a value spanning `v` is touched by a syntax error (an empty error span is a

@@ -102,6 +102,7 @@ fn create_loop(project: &Path, name: &str, worktree: bool) -> LoopPaths {
         worktree,
         harness: None,
         remote: None,
+        worktree_dir: None,
     };
     create(project, &o).expect("create loop")
 }

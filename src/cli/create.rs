@@ -25,6 +25,10 @@ pub struct CreateArgs {
     /// Work in the project checkout instead of a git worktree of its own.
     #[arg(long, conflicts_with = "remote")]
     pub no_worktree: bool,
+    /// Where the loop's worktree lives (absolute, outside the project), written to its
+    /// loop.toml as `[worktree] dir`; default `~/.local/state/loopflow/worktrees`.
+    #[arg(long, value_name = "DIR", conflicts_with = "no_worktree")]
+    pub worktree_dir: Option<std::path::PathBuf>,
     /// Keep the loop's state of record in the repository on this git remote (`origin`):
     /// pushed as `refs/loopflow/<loop>/state` only if it is not there yet; then any
     /// runner ticks it and any clone approves it.
@@ -96,6 +100,10 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
         worktree: !a.no_worktree,
         harness: a.agent.harness(),
         remote: a.remote.clone(),
+        worktree_dir: a
+            .worktree_dir
+            .as_ref()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())),
     };
     // A loop directory committed with its loop.toml but never started (a fresh clone).
     let adopting = crate::state::check_loop_name(&a.loop_name).is_ok()
@@ -155,9 +163,10 @@ pub fn create(project: &Path, a: CreateArgs) -> i32 {
                 .is_some_and(|c| matches!(c.work_source, WorkSource::Single));
             match (&a.task, task) {
                 (None, Some(t)) => outln!("  task: {} (the template's)", out::printable(&t)),
-                (None, None) if single => {
-                    outln!("  note: no --task given; the loop skips until it has one")
-                }
+                (None, None) if single => outln!(
+                    "  note: no --task given; the loop skips until it has one: `loopflow task --loop {} \"…\"`",
+                    a.loop_name
+                ),
                 _ => {}
             }
             if let Some(h) = super::doctor::hint(project, &a.loop_name) {

@@ -386,9 +386,13 @@ pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
     let cancel = install_signals();
     let names: Vec<String> = match &a.loop_name {
         Some(n) => {
-            if let Err(e) = crate::state::check_loop_name(n) {
-                eprintln!("error: {e}");
-                return exit::USAGE;
+            if let Err(code) = super::valid_name(project, n) {
+                return code;
+            }
+            // Its ticks would each skip `unknown_loop` (a scheduler keeps firing): say
+            // what was meant once, up front.
+            if !crate::state::LoopPaths::new(project, n).dir.is_dir() {
+                eprintln!("warning: {}", super::no_loop(project, n));
             }
             vec![n.clone()]
         }

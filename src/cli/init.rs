@@ -252,6 +252,7 @@ pub fn init(project: &Path, a: InitArgs) -> i32 {
             worktree: !a.no_worktree,
             harness: agent.harness(),
             remote: None,
+            worktree_dir: None,
         };
         match crate::create::create(project, &o) {
             Ok(paths) if adopting => outln!(

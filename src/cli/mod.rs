@@ -11,10 +11,12 @@ use crate::state::{LoopPaths, State};
 use crate::tick::RunError;
 
 mod check;
+mod close;
 mod control;
 mod create;
 mod daemon;
 mod dashboard;
+mod delete;
 mod demo;
 mod docs;
 pub(crate) mod doctor;
@@ -28,6 +30,7 @@ mod review;
 mod run;
 mod schedule;
 mod status;
+mod task;
 
 pub use run::report;
 
@@ -39,6 +42,7 @@ Examples:
   loopflow schedule install --loop fix-parser     tick it from systemd, launchd or cron
   loopflow status                                 where every loop stands
   loopflow approve --loop fix-parser --note \"looked good\" --extend 3
+  loopflow close --loop fix-parser                accept its work and end it
 
 The project is the nearest directory at or above the current one holding .loopflow/
 (else the git top level, else the current directory), unless --project or
@@ -156,14 +160,52 @@ Examples:
     /// Halt a loop with a reason; only `approve` clears it.
     #[command(after_help = "\
 Examples:
-  loopflow halt --loop fix-parser --reason \"waiting for the API freeze\"")]
+  loopflow halt --loop fix-parser --reason \"waiting for the API freeze\"
+
+A tick running meanwhile is not stopped: it runs its remaining nodes and commits, and the
+halt stands after it (the command says so, with the tick's pid for `kill`).")]
     Halt(control::HaltArgs),
-    /// Clear a loop's halt (a human's decision, recorded).
+    /// Clear a loop's halt (a human's decision, recorded); says what the next tick does.
     #[command(after_help = "\
 Examples:
   loopflow approve --loop fix-parser --note \"looked good\"
-  loopflow approve --loop fix-parser --extend 5   five more iterations past the cap")]
+  loopflow approve --loop fix-parser --extend 5   five more iterations past the cap
+  loopflow approve --loop fix-parser --budget-usd +5
+  loopflow approve --loop fix-parser --reset-scores
+
+An approval that would halt the loop again at once is refused (exit 1), naming what
+would let it run: --extend for an exhausted iteration cap, --budget-usd/--budget-tokens/
+--budget-seconds for an exhausted budget (or a higher limit in loop.toml), --reset-scores
+for a flat score history. A closed loop (`loopflow close`) is never reopened. Refused
+while a tick runs.")]
     Approve(control::ApproveArgs),
+    /// Set or replace a loop's current task.
+    #[command(after_help = "\
+Examples:
+  loopflow task --loop fix-parser \"Make the parser handle empty input\"
+  loopflow task --loop fix-parser \"Now handle trailing commas\" && loopflow approve --loop fix-parser
+
+A new task starts the plateau window afresh. Refused while a tick runs (exit 1), and for a
+loop whose tasks come from a backlog or an audit command (exit 2).")]
+    Task(task::TaskArgs),
+    /// Accept a loop's work and end it: a `closed` halt that `approve` does not clear.
+    #[command(after_help = "\
+Examples:
+  loopflow close --loop fix-parser --note \"landed in main\"
+  loopflow review --loop fix-parser && loopflow land --loop fix-parser && loopflow close --loop fix-parser
+
+Its installed schedule is uninstalled; its branch, state and log stay (`delete` removes
+them). Refused while a tick runs.")]
+    Close(close::CloseArgs),
+    /// Remove a loop: its schedule, worktree and directory (and branch with --branch).
+    #[command(after_help = "\
+Examples:
+  loopflow delete --loop fix-parser               what it would remove; removes nothing
+  loopflow delete --loop fix-parser --yes
+  loopflow delete --loop fix-parser --branch --yes   its branch loopflow/fix-parser too
+
+Without --yes it prints what it would remove and exits 2. Refused while a tick runs.")]
+    Delete(delete::DeleteArgs),
     /// Move the loop's task to another phase.
     #[command(after_help = "\
 Examples:
@@ -188,14 +230,16 @@ Examples:
     Schedule(schedule::ScheduleArgs),
     /// Manage loop worktrees (`gc` prunes stale ones).
     Worktree(schedule::WorktreeArgs),
-    /// Run a real loop with a built-in fake agent in a throw-away project.
+    /// Run a real loop with a built-in fake agent in a throw-away project, then review,
+    /// approve and land its work.
     #[command(after_help = "\
 Examples:
   loopflow demo
-  loopflow demo --dir /tmp/loopflow-demo
+  loopflow demo --dir /tmp/loopflow-demo          the project is /tmp/loopflow-demo/project
 
-demo builds a project of its own: it takes no --project (and ignores LOOPFLOW_PROJECT);
---dir says where.")]
+demo builds a git repository of its own (D/project; without git on PATH, a plain
+directory and no branch to land): it takes no --project (and ignores LOOPFLOW_PROJECT);
+--dir says where. Offline; well under a second once built.")]
     Demo(demo::DemoArgs),
     /// Set a project up: .loopflow/, a first loop from a template, .gitignore lines.
     #[command(after_help = "\
@@ -399,6 +443,9 @@ fn execute(cli: Cli) -> i32 {
         Command::CanContinue(a) => control::can_continue(&project, a),
         Command::Halt(a) => control::halt(&project, a),
         Command::Approve(a) => control::approve(&project, a),
+        Command::Task(a) => task::task(&project, a),
+        Command::Close(a) => close::close(&project, a),
+        Command::Delete(a) => delete::delete(&project, a),
         Command::Transition(a) => control::transition(&project, a),
         Command::CanEdit(a) => control::can_edit(&project, a),
         Command::Schema(a) => check::schema(a),
@@ -420,24 +467,74 @@ fn execute(cli: Cli) -> i32 {
     }
 }
 
-/// Validates the name and requires the loop's state; prints why not.
-pub(crate) fn open(project: &std::path::Path, name: &str) -> Result<(LoopPaths, State), i32> {
-    if let Err(e) = crate::state::check_loop_name(name) {
-        eprintln!("error: {e}");
-        return Err(exit::USAGE);
+/// "no loop `x` in DIR", with the nearest loop's name when one is close ("did you mean
+/// `fix-parser`?") or the loops there are, and how to make it. Every command that takes
+/// `--loop` says it this way.
+pub(crate) fn no_loop(project: &Path, name: &str) -> String {
+    let loops = crate::state::list_loops(project);
+    let lower = name.to_lowercase();
+    let near = crate::diag::suggest(&lower, loops.iter().map(String::as_str))
+        .or_else(|| loops.iter().find(|l| **l == lower).map(String::as_str));
+    let create = format!("create it with `loopflow create --loop {name}`");
+    match near {
+        Some(n) => format!(
+            "no loop `{name}` in {}; did you mean `{n}`?",
+            project.display()
+        ),
+        None if loops.is_empty() => {
+            format!("no loop `{name}` in {} ({create})", project.display())
+        }
+        None => {
+            const SHOWN: usize = 12;
+            let some: Vec<&str> = loops.iter().take(SHOWN).map(String::as_str).collect();
+            let more = loops.len().saturating_sub(SHOWN);
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            format!(
+                "no loop `{name}` in {} (its loops: {}{more}; {create})",
+                project.display(),
+                some.join(", ")
+            )
+        }
     }
+}
+
+/// Checks that `name` can be a loop's; prints why not (with the nearest loop's name:
+/// `Fix-Parser` is most likely `fix-parser`).
+pub(crate) fn valid_name(project: &Path, name: &str) -> Result<(), i32> {
+    let Err(e) = crate::state::check_loop_name(name) else {
+        return Ok(());
+    };
+    let loops = crate::state::list_loops(project);
+    match crate::diag::suggest(&name.to_lowercase(), loops.iter().map(String::as_str)) {
+        Some(n) => eprintln!("error: {e}; did you mean `{n}`?"),
+        None => eprintln!("error: {e}"),
+    }
+    Err(exit::USAGE)
+}
+
+/// Validates the name (a name that is not a loop's, with the nearest loop's) and
+/// requires the loop's state file; prints why not.
+pub(crate) fn loop_paths(project: &Path, name: &str) -> Result<LoopPaths, i32> {
+    valid_name(project, name)?;
     let paths = LoopPaths::new(project, name);
     // A remote loop's record is read fresh: any clone, any path (DESIGN §16).
     if paths.dir.is_dir() {
         remote::refresh(&paths, false)?;
     }
     if !paths.state.exists() {
-        eprintln!(
-            "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",
-            project.display()
-        );
+        eprintln!("error: {}", no_loop(project, name));
         return Err(exit::USAGE);
     }
+    Ok(paths)
+}
+
+/// Validates the name and requires the loop's state; prints why not.
+pub(crate) fn open(project: &std::path::Path, name: &str) -> Result<(LoopPaths, State), i32> {
+    let paths = loop_paths(project, name)?;
     match paths.load() {
         Ok(s) => Ok((paths, s)),
         Err(e) => Err(report(&RunError::State(e))),

@@ -124,14 +124,15 @@ pub fn run(project: &Path, a: RunArgs) -> i32 {
         no_telemetry: false,
         slot: a.slot.filter(|s| !s.is_empty()),
     };
+    if let Err(code) = super::valid_name(project, &a.loop_name) {
+        return code;
+    }
     match run_tick(project, &a.loop_name, &opts, &cancel) {
         Ok(s) => {
             if s.reason == Some(SkipReason::UnknownLoop.to_string()) {
                 eprintln!(
-                    "warning: no loop `{}` in {} (nothing to do; create it with `loopflow create --loop {}`)",
-                    a.loop_name,
-                    project.display(),
-                    a.loop_name
+                    "warning: {} (nothing to do)",
+                    super::no_loop(project, &a.loop_name)
                 );
             }
             print_summary(&s, a.json);

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 
 use crate::exit;
 use crate::schedule::{self, Platform, Target};
-use crate::state::{Event, LoopPaths, check_loop_name};
+use crate::state::{Event, LoopPaths};
 use crate::tick::RunError;
 
 use super::run::report;
@@ -225,10 +225,7 @@ pub struct GcArgs {
 /// The loop's paths and the target its schedule fires on platform `p`.
 fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths, Target), i32> {
     let name = st.loop_name.as_str();
-    if let Err(e) = check_loop_name(name) {
-        eprintln!("error: {e}");
-        return Err(exit::USAGE);
-    }
+    super::valid_name(project, name)?;
     let project = match project.canonicalize() {
         Ok(p) => p,
         Err(e) => {
@@ -240,10 +237,7 @@ fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths
     // A remote loop's state is its record's: a clone without the cache still schedules it.
     let remote_loop = crate::remote::configured(&paths).ok().flatten();
     if !paths.state.exists() && remote_loop.is_none() {
-        eprintln!(
-            "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",
-            project.display()
-        );
+        eprintln!("error: {}", super::no_loop(&project, name));
         return Err(exit::USAGE);
     }
     let base = std::env::current_dir().unwrap_or_else(|_| project.clone());
@@ -280,7 +274,13 @@ fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths
         loop_name: name.to_string(),
         interval: loaded.config.interval_seconds,
         loop_dir: paths.dir.clone(),
-        path_env: std::env::var("PATH").ok().filter(|p| !p.is_empty()),
+        env: crate::schedule::CARRIED
+            .iter()
+            .filter_map(|k| {
+                let v = std::env::var(k).ok().filter(|v| !v.is_empty())?;
+                Some((k.to_string(), v))
+            })
+            .collect(),
         remote,
         record,
     };
@@ -357,12 +357,15 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
             }
         }
         ScheduleAction::Uninstall(l) => {
-            if let Err(e) = check_loop_name(&l.loop_name) {
-                eprintln!("error: {e}");
-                return exit::USAGE;
+            if let Err(code) = super::valid_name(project, &l.loop_name) {
+                return code;
             }
             let project: PathBuf = project.canonicalize().unwrap_or(project.to_path_buf());
             let paths = LoopPaths::new(&project, &l.loop_name);
+            if !paths.dir.is_dir() {
+                eprintln!("error: {}", super::no_loop(&project, &l.loop_name));
+                return exit::USAGE;
+            }
             match schedule::uninstall(&paths) {
                 Ok(said) => {
                     for s in said {
@@ -451,17 +454,13 @@ pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
 }
 
 fn restore(project: &Path, name: &str) -> i32 {
-    if let Err(e) = check_loop_name(name) {
-        eprintln!("error: {e}");
-        return exit::USAGE;
+    if let Err(code) = super::valid_name(project, name) {
+        return code;
     }
     let project = project.canonicalize().unwrap_or(project.to_path_buf());
     let paths = LoopPaths::new(&project, name);
     if !paths.state.exists() {
-        eprintln!(
-            "error: no loop `{name}` in {} (create it with `loopflow create --loop {name}`)",
-            project.display()
-        );
+        eprintln!("error: {}", super::no_loop(&project, name));
         return exit::USAGE;
     }
     let base = std::env::current_dir().unwrap_or_else(|_| project.clone());

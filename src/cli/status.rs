@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::open;
 use crate::config::LoopConfig;
-use crate::dashboard::{LastAbort, Limits, Row};
+use crate::dashboard::{LastAbort, Limits, Row, Skipping};
 use crate::exit;
 use crate::load::LoadError;
 use crate::out::{self, outln, printable};
@@ -146,10 +146,13 @@ fn row(
             .copied()
             .or(s.last_verdict.as_ref().map(|v| v.score)),
         spent: s.spent.clone(),
-        limits: cfg.map(|c| Limits {
-            usd: c.brakes.max_budget_usd,
-            tokens: c.brakes.max_tokens,
-            seconds: c.brakes.max_seconds,
+        limits: cfg.map(|c| {
+            let l = c.brakes.budget(&s.extra_budget);
+            Limits {
+                usd: l.usd,
+                tokens: l.tokens,
+                seconds: l.seconds,
+            }
         }),
         goal_score: cfg.map(|c| c.brakes.goal_score),
         model_diverse: models.map(|(a, b)| a != b),
@@ -173,6 +176,28 @@ fn row(
             }))
             .collect(),
         running: paths.tick_seen_running(),
+        skipping: cfg.and_then(|c| skipping(paths, s, c)),
+    }
+}
+
+/// Why every tick of a loop that is neither halted nor running skips, as its gate would
+/// say it: a loop that can never tick is a problem, not `ok`. Spawns nothing (an audit
+/// command is not run); a backlog file is read.
+fn skipping(paths: &LoopPaths, s: &crate::state::State, cfg: &LoopConfig) -> Option<Skipping> {
+    if s.halt.is_some() || paths.owns(s).is_err() {
+        return None;
+    }
+    match crate::next::next(cfg, s, paths) {
+        crate::next::Next::Skips {
+            reason,
+            detail,
+            fix,
+        } if crate::next::persistent(&reason) => Some(Skipping {
+            reason: reason.to_string(),
+            detail,
+            fix,
+        }),
+        _ => None,
     }
 }
 
@@ -275,6 +300,14 @@ pub fn status(project: &Path, a: StatusArgs) -> i32 {
                     ),
                     None => String::new(),
                 }
+            );
+        }
+        if let Some(k) = &r.skipping {
+            outln!(
+                "note: {name}: every tick skips ({}): {}; {}",
+                printable(&k.reason),
+                printable(&k.detail),
+                printable(&k.fix)
             );
         }
     }
@@ -380,10 +413,16 @@ fn state_cell(r: &Row) -> String {
         return "running".into();
     }
     if let Some(h) = &r.halt {
+        if h.reason == crate::reason::HaltReason::Closed {
+            return "closed".into();
+        }
         return format!("HALTED {}", printable(&h.reason.to_string()));
     }
     if r.config_error.is_some() {
         return "INVALID CONFIG".into();
+    }
+    if let Some(k) = &r.skipping {
+        return format!("SKIPPING ({})", printable(&k.reason));
     }
     match r.consecutive_aborts {
         0 => "ok".into(),
@@ -543,7 +582,13 @@ pub fn status_many(sources: &[crate::projects::Source], a: StatusArgs) -> i32 {
         }
     }
     // Halted loops wait for a human: first, across every project.
-    rows.sort_by(|x, y| (x.halt.is_none(), &x.name).cmp(&(y.halt.is_none(), &y.name)));
+    // A closed loop waits for nobody.
+    let waits = |r: &Row| {
+        r.halt
+            .as_ref()
+            .is_some_and(|h| h.reason != crate::reason::HaltReason::Closed)
+    };
+    rows.sort_by(|x, y| (!waits(x), &x.name).cmp(&(!waits(y), &y.name)));
     let code = if errors.is_empty() {
         exit::OK
     } else {
@@ -573,6 +618,14 @@ pub fn status_many(sources: &[crate::projects::Source], a: StatusArgs) -> i32 {
         out::write(status_table(&rows, &names).as_bytes());
     }
     for r in &rows {
+        if let Some(k) = &r.skipping {
+            outln!(
+                "note: {}: every tick skips ({}): {}",
+                printable(&r.name),
+                printable(&k.reason),
+                printable(&k.fix)
+            );
+        }
         if r.config_error.is_some() {
             outln!(
                 "note: {}: invalid loop.toml (`loopflow check` in {} lists every problem)",

@@ -201,7 +201,31 @@ pub(super) fn read(
     (b, max_iterations.is_some())
 }
 
+/// A loop's budget limits as its ticks enforce them: `[brakes]`'s, plus what approvals
+/// added (`approve --budget-usd +N`, …). A unit `[brakes]` gives no limit has none.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BudgetLimits {
+    pub usd: Option<f64>,
+    pub tokens: Option<u64>,
+    pub seconds: Option<f64>,
+}
+
+impl BudgetLimits {
+    pub fn is_none(&self) -> bool {
+        self.usd.is_none() && self.tokens.is_none() && self.seconds.is_none()
+    }
+}
+
 impl Brakes {
+    /// The budget limits with `extra` (the state's `extra_budget`) added.
+    pub fn budget(&self, extra: &crate::state::Spent) -> BudgetLimits {
+        BudgetLimits {
+            usd: self.max_budget_usd.map(|l| l + extra.usd.max(0.0)),
+            tokens: self.max_tokens.map(|l| l.saturating_add(extra.tokens)),
+            seconds: self.max_seconds.map(|l| l + extra.seconds.max(0.0)),
+        }
+    }
+
     /// The defaults, with a cap of 0: stands in for brakes that did not read.
     fn placeholder() -> Brakes {
         Brakes {

@@ -55,6 +55,18 @@ pub struct Row {
     pub last_abort: Option<LastAbort>,
     pub notes: Vec<String>,
     pub running: bool,
+    /// Why every tick of this loop skips before any agent runs until a human acts (no
+    /// task, a phase it does not run in, its worktree missing); `None` when ticks run.
+    pub skipping: Option<Skipping>,
+}
+
+/// A loop whose every tick skips: the skip's reason as the log says it, what the gate
+/// saw, and what makes it tick again.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Skipping {
+    pub reason: String,
+    pub detail: String,
+    pub fix: String,
 }
 
 /// A row's budget limits (`null`: no limit on that unit).

@@ -14,7 +14,7 @@ mod page;
 mod server;
 
 use data::{Fingerprint, LoopView};
-pub use data::{LastAbort, Limits, Row, RowFn};
+pub use data::{LastAbort, Limits, Row, RowFn, Skipping};
 pub use page::Mode;
 pub use server::Server;
 

@@ -65,6 +65,7 @@ fn death_label(d: Death) -> &'static str {
 fn badge(v: &LoopView) -> (&'static str, &'static str, String) {
     match (v.standing(), v.halt_reason()) {
         (Standing::Halted, Some(HaltReason::GoalMet)) => ("goal", "b-goal", "goal met".into()),
+        (Standing::Halted, Some(HaltReason::Closed)) => ("goal", "b-goal", "closed".into()),
         (Standing::Halted, Some(r)) if r.death() == Death::HumanIntervention => {
             ("human", "b-human", format!("needs you · {r}"))
         }
@@ -78,7 +79,14 @@ fn badge(v: &LoopView) -> (&'static str, &'static str, String) {
         ),
         (Standing::Broken, _) => ("broken", "b-broken", "broken".into()),
         (Standing::Running, _) => ("running", "b-run", "running".into()),
-        (Standing::Ready, _) => ("ready", "b-ready", "ready".into()),
+        (Standing::Ready, _) => match v.row.as_ref().and_then(|r| r.skipping.as_ref()) {
+            Some(k) => (
+                "broken",
+                "b-broken",
+                format!("every tick skips · {}", k.reason),
+            ),
+            None => ("ready", "b-ready", "ready".into()),
+        },
     }
 }
 

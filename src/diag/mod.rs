@@ -27,6 +27,10 @@ pub struct Source {
     /// Set when this text was converted from another (a predecessor's `loop.json`
     /// rewritten as TOML): diagnostics about it are shown in the original.
     pub origin: Option<Origin>,
+    /// The text read in place of `text` when it has TOML syntax errors: the statements
+    /// they broke blanked out (same length, same lines), so what is left is read as
+    /// written instead of as the parser's guesses.
+    resynced: std::sync::OnceLock<String>,
 }
 
 /// Pairs of (span in a converted text, span in its original).
@@ -110,7 +114,14 @@ impl Source {
             text,
             line_starts: std::sync::OnceLock::new(),
             origin,
+            resynced: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Keeps `resynced` (see the field) for as long as the source lives; the first one
+    /// set stays (the same text gives the same one).
+    pub fn resynced(&self, resynced: String) -> &str {
+        self.resynced.get_or_init(|| resynced)
     }
 
     /// Reads a file, naming it relative to `base` when it lies under it.
@@ -296,6 +307,9 @@ codes! {
     MissingRole = "missing-role", ignorable: false,
         "A harness node's role has no `[roles.<role>]` table in loop.toml.",
         "Add `[roles.<role>]` with a `prompt` to loop.toml, or change the node's `role` to a configured one.",
+    UnusedRole = "unused-role", ignorable: true,
+        "A `[roles.<name>]` table that no node of the loop's pipeline runs: its settings (`model`, `prompt`, `command`, …) never take effect. An error when its name is a near miss of a role that runs (a typo), else a warning.",
+        "Fix the table's name (the help line suggests the role meant) or move its keys into that role's table, or remove it. A table kept for another pipeline (`run PIPELINE`) can be silenced with `# loopflow: ignore[unused-role]` on the line above.",
     MissingPrompt = "missing-prompt", ignorable: false,
         "A role's prompt file does not exist.",
         "Create the file or fix the path; relative paths resolve against the directory of loop.toml.",

@@ -25,7 +25,7 @@ use std::os::unix::ffi::OsStringExt;
 
 pub use copy::{CopySettings, LOOPFLOW_IDENTITY, linked_worktrees};
 pub use parse::{Change, MODE_GITLINK, MODE_SYMLINK, StatusEntry, paths_of};
-pub use repo::{Repo, version};
+pub use repo::{Repo, init_scratch, version};
 
 /// A git command that could not run, or said no.
 #[derive(Debug, thiserror::Error)]

@@ -628,6 +628,42 @@ impl Repo {
     }
 }
 
+/// A new repository at `dir` on `branch`, with an identity of its own and no commit
+/// signing: a throw-away project's (the demo's), which a user's global settings must not
+/// stop.
+pub fn init_scratch(dir: &Path, branch: &str, identity: (&str, &str)) -> Result<Repo, GitError> {
+    Git::bare(dir)
+        .args(["init", "-q", "-b", branch])
+        .ok("init")?;
+    let repo = Repo::checkout(dir)?.ok_or_else(|| GitError::Failed {
+        what: "init".into(),
+        stderr: format!("no repository at {} after init", dir.display()),
+    })?;
+    for (k, v) in [
+        ("user.name", identity.0),
+        ("user.email", identity.1),
+        ("commit.gpgsign", "false"),
+    ] {
+        repo.git().args(["config", k, v]).ok("config")?;
+    }
+    Ok(repo)
+}
+
+impl Repo {
+    /// Stages `paths` and commits them with `message` (no hooks).
+    pub fn commit_paths(&self, paths: &[&str], message: &str) -> Result<(), GitError> {
+        self.git_files()?
+            .arg("add")
+            .arg("--")
+            .args(paths)
+            .ok("add")?;
+        self.git_files()?
+            .args(["commit", "-q", "--no-verify", "-m", message])
+            .ok("commit")
+            .map(|_| ())
+    }
+}
+
 /// What `git --version` says (`git version 2.47.3`), and its major and minor numbers;
 /// `None` without a git that runs.
 pub fn version() -> Option<(String, (u32, u32))> {

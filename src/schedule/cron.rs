@@ -105,11 +105,11 @@ pub fn cron_line(t: &Target) -> String {
     let (expr, _) = cron_expr(t.interval);
     let lock = t.loop_dir.join(".schedule.lock");
     let argv: Vec<String> = t.argv().iter().map(|a| sh_quote(a)).collect();
-    let env = t
-        .path_env
-        .as_ref()
-        .map(|p| format!("PATH={} ", sh_quote(p)))
-        .unwrap_or_default();
+    let env: String = t
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={} ", sh_quote(v)))
+        .collect();
     match which("flock") {
         Some(flock) => format!(
             "{expr} {env}{} -n {} {} >/dev/null",

@@ -44,14 +44,21 @@ pub fn launchd(t: &Target) -> File {
 </plist>
 "#,
         wd = xml_escape(&t.project.display().to_string()),
-        env = t
-            .path_env
-            .as_ref()
-            .map(|p| format!(
-                "  <key>EnvironmentVariables</key>\n  <dict>\n    <key>PATH</key>\n    <string>{}</string>\n  </dict>\n",
-                xml_escape(p)
-            ))
-            .unwrap_or_default(),
+        env = if t.env.is_empty() {
+            String::new()
+        } else {
+            let vars: String = t
+                .env
+                .iter()
+                .map(|(k, v)| {
+                    format!(
+                        "    <key>{k}</key>\n    <string>{}</string>\n",
+                        xml_escape(v)
+                    )
+                })
+                .collect();
+            format!("  <key>EnvironmentVariables</key>\n  <dict>\n{vars}  </dict>\n")
+        },
         interval = t.interval,
         log = xml_escape(&log.display().to_string()),
     );

@@ -95,6 +95,9 @@ impl Platform {
     }
 }
 
+/// The variables of the installing shell an installed schedule carries to its ticks.
+pub const CARRIED: [&str; 2] = ["PATH", "XDG_STATE_HOME"];
+
 /// What a generated schedule needs to know.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -103,9 +106,11 @@ pub struct Target {
     pub loop_name: String,
     pub interval: u64,
     pub loop_dir: PathBuf,
-    /// The PATH at install time, given to the tick: cron's and systemd's own PATH are
-    /// minimal, and the agent (`opencode`, `claude`, …) usually lives elsewhere.
-    pub path_env: Option<String>,
+    /// Variables of the installing shell given to the tick: `PATH` (cron's and systemd's
+    /// own are minimal, and the agent — `opencode`, `claude`, … — usually lives elsewhere)
+    /// and `XDG_STATE_HOME` when set (where the loop's worktree lives: a tick that looked
+    /// elsewhere would find it missing).
+    pub env: Vec<(String, String)>,
     /// What a runner elsewhere needs (GitHub Actions, Kubernetes).
     pub remote: Remote,
     /// The loop's state of record lives in its repository (`[remote]`, DESIGN §16).
@@ -317,7 +322,7 @@ pub(crate) mod tests {
             loop_name: "l".into(),
             interval: 3600,
             loop_dir: PathBuf::from("/srv/project/.loopflow/loops/l"),
-            path_env: Some("/usr/bin:/bin".into()),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             remote: Remote::default(),
             record: None,
         }

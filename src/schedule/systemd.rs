@@ -35,15 +35,15 @@ pub fn systemd(t: &Target) -> Vec<File> {
          ExecStart={exec}\n\
          Nice=10\n",
         env = t
-            .path_env
-            .as_ref()
-            .map(|p| format!(
-                "Environment=\"PATH={}\"\n",
-                p.replace('\\', "\\\\")
+            .env
+            .iter()
+            .map(|(k, v)| format!(
+                "Environment=\"{k}={}\"\n",
+                v.replace('\\', "\\\\")
                     .replace('"', "\\\"")
                     .replace('%', "%%")
             ))
-            .unwrap_or_default(),
+            .collect::<String>(),
         name = t.loop_name,
         project = t.project.display().to_string().replace('%', "%%"),
         wd = t.project.display().to_string().replace('%', "%%"),

@@ -130,9 +130,12 @@ impl LoopPaths {
     /// tick, `status` would say running until that tick clears the mark). Guards that
     /// must be sure (`approve`) keep taking the lock.
     pub fn tick_seen_running(&self) -> bool {
-        let Ok(text) = crate::fs_safe::head(&self.lock, 4096) else {
-            return false;
-        };
+        self.running_tick_pid().is_some()
+    }
+
+    /// The process of the tick [`Self::tick_seen_running`] sees, if any.
+    pub fn running_tick_pid(&self) -> Option<i32> {
+        let text = crate::fs_safe::head(&self.lock, 4096).ok()?;
         let pid = text.split(|b| *b == b'\n').find_map(|l| {
             std::str::from_utf8(l.strip_prefix(b"tick ")?)
                 .ok()?
@@ -140,7 +143,7 @@ impl LoopPaths {
                 .parse()
                 .ok()
         });
-        pid.is_some_and(alive)
+        pid.filter(|&p| alive(p))
     }
 }
 

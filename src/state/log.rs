@@ -31,6 +31,7 @@ pub enum Event {
     Discard,
     /// A runner took a remote loop's lease (DESIGN §16).
     Lease,
+    Close,
 }
 
 impl Event {
@@ -54,6 +55,7 @@ impl Event {
             Event::Land => "LAND",
             Event::Discard => "DISCARD",
             Event::Lease => "LEASE",
+            Event::Close => "CLOSE",
         }
     }
 }
@@ -296,10 +298,15 @@ pub fn halt_logged(path: &Path) -> Option<bool> {
     let lines = text.lines().skip(usize::from(!whole));
     let last = lines
         .filter_map(parse_line)
-        .filter(|e| e.event == Event::Halt.as_str() || e.event == Event::Approve.as_str())
+        .filter(|e| {
+            e.event == Event::Halt.as_str()
+                || e.event == Event::Close.as_str()
+                || e.event == Event::Approve.as_str()
+        })
         .last();
+    // `CLOSE` records a halt too (`closed`), written by the human who set it.
     match last {
-        Some(e) => Some(e.event == Event::Halt.as_str()),
+        Some(e) => Some(e.event != Event::Approve.as_str()),
         None => whole.then_some(false),
     }
 }

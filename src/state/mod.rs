@@ -23,7 +23,7 @@ pub use paths::{Ledger, LoopPaths, check_loop_name, list_loops, loops_dir, text_
 
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// `.state.loop` (DESIGN §8).
+/// `.state.loop`: a loop's state, written only by loopflow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct State {
     pub schema_version: u32,
@@ -46,6 +46,10 @@ pub struct State {
     /// Iterations added by `approve --extend`, on top of `brakes.max_iterations`.
     #[serde(default)]
     pub extra_iterations: u64,
+    /// Budget added by `approve --budget-usd/--budget-tokens/--budget-seconds`, on top of
+    /// `[brakes]`'s limits (a unit without a limit stays without one).
+    #[serde(default, skip_serializing_if = "Spent::is_zero")]
+    pub extra_budget: Spent,
     #[serde(default)]
     pub created_at: Option<String>,
     /// Where `current_task` came from (`--task`, `backlog:FILE`, `audit`).
@@ -89,6 +93,12 @@ pub struct Spent {
     pub seconds: f64,
 }
 
+impl Spent {
+    pub fn is_zero(&self) -> bool {
+        *self == Spent::default()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Approval {
     pub by: String,
@@ -122,6 +132,7 @@ impl State {
             approvals: Vec::new(),
             consecutive_aborts: 0,
             extra_iterations: 0,
+            extra_budget: Spent::default(),
             created_at: Some(now()),
             last_abort: None,
         }

@@ -32,6 +32,7 @@ pub fn forged_fields(start: &State, disk: &State) -> Vec<&'static str> {
         disk.extra_iterations != start.extra_iterations,
         "extra_iterations",
     );
+    check(disk.extra_budget != start.extra_budget, "extra_budget");
     check(disk.approvals != start.approvals, "approvals");
     check(disk.score_history != start.score_history, "score_history");
     check(disk.spent != start.spent, "spent");

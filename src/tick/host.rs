@@ -270,9 +270,10 @@ impl<'a> Tick<'a> {
 
     /// The spend so far, and the first budget it crossed.
     fn crossed(&self) -> Option<(Budget, String)> {
-        let b = &self.loaded.config.brakes;
+        // With what approvals added (`approve --budget-usd +N`).
+        let b = self.loaded.config.brakes.budget(&self.state.extra_budget);
         // No budget, nothing to cross: the spend (agent reports re-read) is not summed.
-        if b.max_budget_usd.is_none() && b.max_tokens.is_none() && b.max_seconds.is_none() {
+        if b.is_none() {
             return None;
         }
         let now = self
@@ -284,17 +285,17 @@ impl<'a> Tick<'a> {
         let usd = start.usd + now.usd;
         let tokens = start.tokens.saturating_add(now.tokens);
         let seconds = start.seconds + now.seconds;
-        if let Some(l) = b.max_budget_usd
+        if let Some(l) = b.usd
             && usd >= l
         {
             return Some((Budget::Usd, format!("usd {usd:.4} of {l}")));
         }
-        if let Some(l) = b.max_tokens
+        if let Some(l) = b.tokens
             && tokens >= l
         {
             return Some((Budget::Tokens, format!("tokens {tokens} of {l}")));
         }
-        if let Some(l) = b.max_seconds
+        if let Some(l) = b.seconds
             && seconds >= l
         {
             return Some((Budget::Seconds, format!("seconds {seconds:.1} of {l}")));

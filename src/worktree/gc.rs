@@ -198,6 +198,9 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
                 );
             }
         }
+        if matches!(stale, Stale::Deleted) && !o.dry_run {
+            forget_agents(project, name, &mut lines);
+        }
         delete_branch(&checkout, name, o, &mut lines, &mut kept)?;
     }
     // Branches of deleted or idle loops that have no worktree (any more).
@@ -225,6 +228,23 @@ pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
         });
     }
     Ok(GcReport { lines, kept })
+}
+
+/// The state a deleted loop's agents kept on this machine (their CLIs' own directories).
+fn forget_agents(project: &Path, name: &str, lines: &mut Vec<String>) {
+    let Some(base) = crate::state::machine::base() else {
+        return;
+    };
+    let dir = base
+        .join("agents")
+        .join(crate::state::machine::project_key(project))
+        .join(name);
+    if dir.is_dir() && std::fs::remove_dir_all(&dir).is_ok() {
+        lines.push(format!(
+            "removed {} (loop {name}'s agents' state)",
+            dir.display()
+        ));
+    }
 }
 
 fn delete_branch(

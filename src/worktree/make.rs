@@ -375,6 +375,54 @@ fn carry(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Removes a loop's worktree (both directories), an old-layout one (and git's record of
+/// it), and the state its agents kept on this machine; what went.
+pub fn remove(paths: &LoopPaths, dir: Option<&Path>) -> Result<Vec<PathBuf>, RestoreError> {
+    let mut gone = Vec::new();
+    let copy = super::location(&paths.project, &paths.name, dir)?;
+    for d in [&copy.work_tree, &copy.git_dir] {
+        if std::fs::symlink_metadata(d).is_ok() {
+            remove_any(d)?;
+            gone.push(d.clone());
+        }
+    }
+    let old = super::nested(paths);
+    if std::fs::symlink_metadata(&old).is_ok() {
+        let removed = Repo::checkout(&paths.project)
+            .ok()
+            .flatten()
+            .is_some_and(|c| c.remove_linked(&old).is_ok());
+        if !removed {
+            remove_any(&old)?;
+        }
+        gone.push(old);
+    }
+    if let Some(base) = crate::state::machine::base() {
+        let agents = base
+            .join("agents")
+            .join(crate::state::machine::project_key(&paths.project))
+            .join(&paths.name);
+        if std::fs::symlink_metadata(&agents).is_ok() {
+            remove_any(&agents)?;
+            gone.push(agents);
+        }
+    }
+    Ok(gone)
+}
+
+/// Removes a directory tree, or a file or link standing there.
+fn remove_any(p: &Path) -> Result<(), RestoreError> {
+    let r = match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+        Ok(_) => std::fs::remove_file(p),
+        Err(_) => Ok(()),
+    };
+    r.map_err(|source| RestoreError::Io {
+        path: p.to_path_buf(),
+        source,
+    })
+}
+
 /// How the loop's branch stood between its repository and the user's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Synced {

@@ -22,7 +22,9 @@ use crate::git::{CopyError, Repo};
 use crate::state::LoopPaths;
 
 pub use gc::{GcOptions, gc};
-pub use make::{RestoreError, Synced, create, exclude_text, migrate, restore, restore_held, sync};
+pub use make::{
+    RestoreError, Synced, create, exclude_text, migrate, remove, restore, restore_held, sync,
+};
 
 /// Where a loop's worktree is, on this machine.
 #[derive(Debug, Clone, PartialEq, Eq)]

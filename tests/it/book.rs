@@ -251,3 +251,113 @@ fn the_pull_request_workflow_is_ten_valid_lines() {
         );
     }
 }
+
+/// Where a text points a reader at something they cannot open: a design document that
+/// does not ship, or an issue of a tracker by number.
+fn points_away(text: &str) -> Vec<String> {
+    let lower = text.to_lowercase();
+    let mut found = Vec::new();
+    for needle in ["design.md", "design §"] {
+        if lower.contains(needle) {
+            found.push(needle.to_string());
+        }
+    }
+    let words: Vec<&str> = lower.split_whitespace().collect();
+    for w in words.windows(2) {
+        let number = |s: &str| {
+            let s = s.trim_start_matches(['#', '(']);
+            s.chars().next().is_some_and(|c| c.is_ascii_digit())
+        };
+        if matches!(w[0], "issue" | "issues" | "(issue") && number(w[1]) {
+            found.push(format!("{} {}", w[0], w[1]));
+        }
+    }
+    for (i, _) in lower.match_indices('#') {
+        let before = lower[..i].chars().next_back();
+        let after = lower[i + 1..].chars().next();
+        if matches!(before, None | Some(' ' | '(')) && after.is_some_and(|c| c.is_ascii_digit()) {
+            found.push(lower[i..].chars().take(6).collect());
+        }
+    }
+    found
+}
+
+/// The project's pages stand on their own: README, book, contracts, presets, templates,
+/// schemas and every command's `--help` name no design document that does not ship and
+/// no issue by number.
+#[test]
+fn the_pages_name_no_design_document_and_no_issue_number() {
+    let mut files: Vec<PathBuf> = vec![root().join("README.md")];
+    let mut dirs = vec![
+        root().join("book/src"),
+        root().join("contracts"),
+        root().join("presets"),
+        root().join("templates"),
+        root().join("schemas"),
+        root().join("pipelines"),
+        root().join("prompts"),
+    ];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    let mut bad = Vec::new();
+    for f in &files {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        for found in points_away(&text) {
+            bad.push(format!("{}: {found}", f.display()));
+        }
+    }
+    // Every command's help, found from the binary's own.
+    let help = |args: &[&str]| {
+        let o = Command::new(crate::support::bin())
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let commands = |text: &str| -> Vec<String> {
+        text.lines()
+            .skip_while(|l| !l.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|c| *c != "help")
+            .map(str::to_string)
+            .collect()
+    };
+    let top = help(&[]);
+    let mut helps = vec![("loopflow".to_string(), top.clone())];
+    for c in commands(&top) {
+        let text = help(&[&c]);
+        for s in commands(&text) {
+            helps.push((format!("{c} {s}"), help(&[&c, &s])));
+        }
+        helps.push((c, text));
+    }
+    assert!(helps.len() > 30, "{}", helps.len());
+    for (cmd, text) in &helps {
+        for found in points_away(text) {
+            bad.push(format!("`{cmd} --help`: {found}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "pages that do not stand alone:\n{}",
+        bad.join("\n")
+    );
+    // The check itself finds what it is for.
+    assert_eq!(points_away("see DESIGN.md §3"), ["design.md"]);
+    assert_eq!(points_away("fixed in issue 23"), ["issue 23"]);
+    assert_eq!(points_away("as (#42) says"), ["#42) s"]);
+    assert!(points_away("`#:schema` and color #fff, iteration 4").is_empty());
+}

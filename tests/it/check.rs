@@ -141,6 +141,36 @@ fn one_file_with_several_problems_reports_all_of_them() {
     );
 }
 
+/// A syntax error is reported once: the lines a broken statement swallows are not each
+/// reported again, in a pipeline or a loop.toml (they were 10 and 20 diagnostics before).
+#[test]
+fn one_syntax_error_is_one_diagnostic_not_a_cascade() {
+    for (name, f) in [
+        (
+            "unclosed-array",
+            "tests/fixtures/check/toml-syntax-unclosed-array.toml",
+        ),
+        ("loop", "tests/fixtures/check/toml-syntax-loop/loop.toml"),
+    ] {
+        let out = lf(&["check", f, "--format", "json"]);
+        assert_eq!(out.code, 3, "{f}: {}", out.stdout);
+        let diags = json_diags(&out);
+        assert_eq!(diags.len(), 1, "{f}: {}", out.stdout);
+        assert_eq!(diags[0]["code"], "toml-syntax");
+        assert!(
+            diags[0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("unclosed array")),
+            "{f}: {}",
+            out.stdout
+        );
+        insta::assert_snapshot!(
+            format!("human-toml-syntax-{name}"),
+            lf(&["check", f]).stdout
+        );
+    }
+}
+
 #[test]
 fn json_format_has_the_documented_shape() {
     let out = lf(&[

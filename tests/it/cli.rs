@@ -202,7 +202,10 @@ fn demo_refuses_a_project_it_would_ignore() {
         dir.to_str().unwrap(),
     ]));
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(dir.join(".loopflow/loops/demo/.state.loop").is_file());
+    assert!(
+        dir.join("project/.loopflow/loops/demo/.state.loop")
+            .is_file()
+    );
     assert_eq!(std::fs::read_dir(&target).unwrap().count(), 0);
 }
 

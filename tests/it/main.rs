@@ -24,6 +24,7 @@ mod git_escape;
 mod git_versions;
 mod halts;
 mod harness_limits;
+mod human_verbs;
 mod isolation;
 mod notify;
 mod programs;

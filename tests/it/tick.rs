@@ -1299,10 +1299,11 @@ fn a_state_from_a_newer_loopflow_is_refused_and_kept() {
     assert!(!p.join("calls.log").exists());
 }
 
-/// The README's first command: a real loop with the built-in fake agent, offline,
-/// ticked until its own brakes halt it.
+/// The README's first command: a real loop with the built-in fake agent, offline, in a
+/// git repository of its own (`D/project`), ticked in its worktree until its own brakes
+/// halt it, then the human's half for real: review, approve, land.
 #[test]
-fn demo_runs_a_real_loop_until_it_halts() {
+fn demo_runs_a_real_loop_until_it_halts_then_reviews_approves_and_lands_it() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(bin())
         .args(["demo", "--dir"])
@@ -1316,37 +1317,100 @@ fn demo_runs_a_real_loop_until_it_halts() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let log = std::fs::read_to_string(dir.path().join(".loopflow/loops/demo/.state.log")).unwrap();
+    let project = dir.path().join("project");
+    let loop_dir = project.join(".loopflow/loops/demo");
+    let log = std::fs::read_to_string(loop_dir.join(".state.log")).unwrap();
     let ticks = log.lines().filter(|l| l.contains(" TICK ")).count();
     assert_eq!(ticks, 6, "{log}");
-    assert!(
-        log.lines()
-            .last()
+    assert!(log.contains("HALT verifier_failed:score_plateau"), "{log}");
+    // The human's half ran: an approval, then the branch landed on main.
+    let events: Vec<&str> = log.lines().filter_map(|l| l.split(' ').nth(1)).collect();
+    let tail: Vec<&str> = events.iter().rev().take(2).rev().copied().collect();
+    assert_eq!(tail, ["APPROVE", "LAND"], "{log}");
+    for said in [
+        "$ loopflow --project",
+        "review --loop demo",
+        "approve --loop demo",
+        "land --loop demo",
+        "landed 6 commit(s) of loopflow/demo into main",
+    ] {
+        assert!(stdout.contains(said), "{said}: {stdout}");
+    }
+    // The agent worked in the worktree, on the loop's branch; main has its work now.
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(loop_dir.join(".state.loop")).unwrap())
+            .unwrap();
+    let wt = std::path::PathBuf::from(state["worktree_path"].as_str().expect("a worktree"));
+    assert!(wt.join(".git").is_file(), "{}", wt.display());
+    let lines = |p: &std::path::Path| {
+        std::fs::read_to_string(p.join("NOTES.md"))
             .unwrap()
-            .contains("HALT verifier_failed:score_plateau"),
-        "{log}"
+            .lines()
+            .filter(|l| l.starts_with("- iteration"))
+            .count()
+    };
+    assert_eq!(lines(&wt), 6, "the fake agent edits a file each iteration");
+    assert_eq!(lines(&project), 6, "landed on main");
+    let git = |args: &[&str]| crate::support::git(&project, args);
+    assert_eq!(git(&["rev-parse", "--abbrev-ref", "HEAD"]).trim(), "main");
+    assert!(
+        git(&["merge-base", "--is-ancestor", "loopflow/demo", "main"]).is_empty(),
+        "the branch is merged"
     );
-    let notes = std::fs::read_to_string(dir.path().join("NOTES.md")).unwrap();
+    assert!(
+        git(&["status", "--porcelain"]).trim().is_empty(),
+        "main is clean"
+    );
+    assert!(stdout.contains("why it stopped"), "{stdout}");
+    assert_eq!(state["iteration_count"], 6);
+    assert_eq!(state["halt"], serde_json::Value::Null, "approved");
+    assert_eq!(state["approvals"][0]["note"], "looked good");
+    // The second tick's prompt carries the first verdict's hint.
+    let prompt = std::fs::read_to_string(loop_dir.join("outputs/2-implement.prompt.md")).unwrap();
+    assert!(prompt.contains("cover the error paths next"), "{prompt}");
+    // Nothing but the project in the throw-away directory (room beside it stays free).
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(entries, ["project"]);
+    // A second demo into the same directory is refused, not mixed into the first.
+    let again = std::process::Command::new(bin())
+        .args(["demo", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+}
+
+/// On a machine without git (a slim container with only the Rust toolchain) the demo
+/// still runs its loop, in the project itself, and says what it leaves out.
+#[test]
+fn demo_without_git_runs_its_loop_in_the_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["demo", "--dir"])
+        .arg(dir.path())
+        .env("NO_COLOR", "1")
+        .env("PATH", empty.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("git was not found"), "{stdout}");
+    let project = dir.path().join("project");
+    assert!(!project.join(".git").exists());
+    let notes = std::fs::read_to_string(project.join("NOTES.md")).unwrap();
     assert_eq!(
         notes
             .lines()
             .filter(|l| l.starts_with("- iteration"))
             .count(),
-        6,
-        "the fake agent edits a file each iteration"
+        6
     );
-    assert!(stdout.contains("why it stopped"), "{stdout}");
-    let state: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join(".loopflow/loops/demo/.state.loop")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(state["iteration_count"], 6);
-    assert_eq!(state["halt"]["reason"], "verifier_failed:score_plateau");
-    // The second tick's prompt carries the first verdict's hint.
-    let prompt = std::fs::read_to_string(
-        dir.path()
-            .join(".loopflow/loops/demo/outputs/2-implement.prompt.md"),
-    )
-    .unwrap();
-    assert!(prompt.contains("cover the error paths next"), "{prompt}");
 }
