@@ -140,7 +140,7 @@ pub mod files {
     }
 
     /// The loop's state of record lives in its repository, on this remote: any runner
-    /// ticks it, any clone approves it (DESIGN §16).
+    /// ticks it, any clone approves it.
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]

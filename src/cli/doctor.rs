@@ -546,15 +546,11 @@ pub fn hint(project: &Path, name: &str) -> Option<String> {
 pub fn doctor(project: &Path, a: DoctorArgs) -> i32 {
     let loops = match &a.loop_name {
         Some(n) => {
-            if let Err(e) = crate::state::check_loop_name(n) {
-                eprintln!("error: {e}");
-                return exit::USAGE;
+            if let Err(code) = super::valid_name(project, n) {
+                return code;
             }
             if !crate::state::LoopPaths::new(project, n).dir.is_dir() {
-                eprintln!(
-                    "error: no loop `{n}` in {} (create it with `loopflow create --loop {n}`)",
-                    project.display()
-                );
+                eprintln!("error: {}", super::no_loop(project, n));
                 return exit::USAGE;
             }
             vec![n.clone()]

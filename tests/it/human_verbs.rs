@@ -745,7 +745,8 @@ fn every_command_that_takes_a_loop_suggests_the_name_meant() {
             "discard" | "delete" => vec!["--yes"],
             "schedule print" | "schedule install" => vec!["--platform", "cron"],
             "run" | "daemon" | "status" | "log" | "gate" | "can-continue" | "approve"
-            | "review" | "land" | "close" | "schedule uninstall" | "worktree restore" => {
+            | "review" | "land" | "close" | "doctor" | "schedule uninstall"
+            | "worktree restore" => {
                 vec![]
             }
             _ => return None,

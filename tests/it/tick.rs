@@ -1368,12 +1368,20 @@ fn demo_runs_a_real_loop_until_it_halts_then_reviews_approves_and_lands_it() {
     // The second tick's prompt carries the first verdict's hint.
     let prompt = std::fs::read_to_string(loop_dir.join("outputs/2-implement.prompt.md")).unwrap();
     assert!(prompt.contains("cover the error paths next"), "{prompt}");
-    // Nothing but the project in the throw-away directory (room beside it stays free).
-    let entries: Vec<_> = std::fs::read_dir(dir.path())
+    // Nothing but the project and the loop's worktree (kept outside the checkout, as
+    // every loop's is) in the throw-away directory.
+    let mut entries: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(entries, ["project"]);
+    entries.sort();
+    assert_eq!(entries, ["project", "worktrees"]);
+    let copies: Vec<_> = std::fs::read_dir(dir.path().join("worktrees"))
+        .unwrap()
+        .flat_map(|e| std::fs::read_dir(e.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(copies.contains(&"demo".to_string()), "{copies:?}");
     // A second demo into the same directory is refused, not mixed into the first.
     let again = std::process::Command::new(bin())
         .args(["demo", "--dir"])
