@@ -21,6 +21,7 @@ mod git_versions;
 mod halts;
 mod harness_limits;
 mod isolation;
+mod no_way_out;
 mod notify;
 mod programs;
 mod projects;

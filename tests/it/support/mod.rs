@@ -4,6 +4,7 @@
 //! and real files.
 
 pub mod api;
+pub mod runas;
 pub mod toml;
 
 use std::path::{Path, PathBuf};
