@@ -282,8 +282,18 @@ pub fn launch(
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
         return Err(failure(args.stage, args.errno));
     }
-    let listener = match pair {
-        Some((rx, _tx)) => Some(receive_fd(&rx)?),
+    let listener = match pair.map(|(rx, _tx)| receive_fd(&rx)) {
+        Some(Ok(l)) => Some(l),
+        Some(Err(e)) => {
+            // Never: the child sends before it execs. Without its listener nobody would
+            // answer its connects: it goes.
+            // SAFETY: our own child, killed and reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return Err(e);
+        }
         None => None,
     };
     Ok((

@@ -55,6 +55,9 @@ pub(crate) struct Confiner {
     bounding: bool,
     /// `/proc/sys/kernel/cap_last_cap`.
     last_cap: libc::c_ulong,
+    /// The securebits the child sets: this process's own (a locked one cannot be
+    /// cleared) and those that keep uid 0 from regaining anything.
+    securebits: libc::c_ulong,
 }
 
 impl std::fmt::Debug for Confiner {
@@ -97,6 +100,21 @@ fn holds_setpcap() -> bool {
     r == 0 && d[0].effective & (1 << CAP_SETPCAP) != 0
 }
 
+/// This process's securebits and those that keep uid 0 from regaining capabilities at
+/// exec, each locked.
+fn securebits() -> libc::c_ulong {
+    // SAFETY: PR_GET_SECUREBITS takes no pointer and returns the bits (or -1).
+    let own = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) }.max(0);
+    let ours = libc::SECBIT_NOROOT
+        | libc::SECBIT_NOROOT_LOCKED
+        | libc::SECBIT_NO_SETUID_FIXUP
+        | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+        | libc::SECBIT_KEEP_CAPS_LOCKED
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    (own | ours) as libc::c_ulong
+}
+
 fn last_cap() -> libc::c_ulong {
     static LAST: OnceLock<libc::c_ulong> = OnceLock::new();
     *LAST.get_or_init(|| {
@@ -121,14 +139,7 @@ impl Confiner {
         // SAFETY (whole body): prctl and capset with integer arguments or our own structs.
         unsafe {
             if self.bounding {
-                let bits = libc::SECBIT_NOROOT
-                    | libc::SECBIT_NOROOT_LOCKED
-                    | libc::SECBIT_NO_SETUID_FIXUP
-                    | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
-                    | libc::SECBIT_KEEP_CAPS_LOCKED
-                    | libc::SECBIT_NO_CAP_AMBIENT_RAISE
-                    | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-                if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0 {
+                if libc::prctl(libc::PR_SET_SECUREBITS, self.securebits, 0, 0, 0) != 0 {
                     return false;
                 }
                 for cap in 0..=self.last_cap {
@@ -234,6 +245,7 @@ impl Sandbox for LandlockSandbox {
             proc_self: enforced.reads,
             bounding: holds_setpcap(),
             last_cap: last_cap(),
+            securebits: securebits(),
         };
         Prepared::finish(policy, enforced, Hook::Confine(Arc::new(confiner)))
     }

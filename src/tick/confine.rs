@@ -202,6 +202,9 @@ impl Confinement {
                     ("signals", e.signals),
                     ("TCP", e.network_tcp),
                     ("sockets", e.socket_filter),
+                    ("other processes", e.process_filter),
+                    ("privileges", e.privileges),
+                    ("the terminal", e.session),
                 ]
                 .iter()
                 .filter(|(_, on)| *on)

@@ -264,13 +264,31 @@ fn decide(shared: &Shared, fd: RawFd, n: &libc::seccomp_notif, tag: u64) -> c_in
     }
     // SAFETY: pidfd_getfd returned a fresh (close-on-exec) fd that we own.
     let dup = unsafe { OwnedFd::from_raw_fd(dup as RawFd) };
-    let e = connect_to(dup.as_raw_fd(), target);
-    if (e == 0 || e == libc::EINPROGRESS)
-        && let Some(local) = local_addr(dup.as_raw_fd())
-    {
-        (shared.connected)(local, tag);
+    // The source port is known (and told to the proxy) before the connection exists: the
+    // proxy may accept it the moment connect() starts.
+    match bound(dup.as_raw_fd(), target) {
+        Some(local) => (shared.connected)(local, tag),
+        None => return libc::ECONNREFUSED,
     }
-    e
+    connect_to(dup.as_raw_fd(), target)
+}
+
+/// The local address of `fd`, bound to a port of the kernel's choosing first when the
+/// process did not bind it (as `connect` would have).
+fn bound(fd: RawFd, to: SocketAddr) -> Option<SocketAddr> {
+    if let Some(a) = local_addr(fd).filter(|a| a.port() != 0) {
+        return Some(a);
+    }
+    let any: SocketAddr = match to {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    (with_sockaddr(any, |ptr, len| {
+        // SAFETY: `ptr` points at a live sockaddr of `len` bytes.
+        unsafe { libc::bind(fd, ptr, len) }
+    }) == 0)
+        .then(|| local_addr(fd))
+        .flatten()
 }
 
 /// The local address a connected (or connecting) socket is bound to.
@@ -363,6 +381,18 @@ pub(super) fn proxy_target(req: SocketAddr, proxy: SocketAddr) -> Option<SocketA
 /// Connects `fd` (the process's socket, duplicated) and returns 0 or errno; EINPROGRESS
 /// etc. pass through because the socket's flags are the process's.
 fn connect_to(fd: RawFd, to: SocketAddr) -> c_int {
+    let r = with_sockaddr(to, |ptr, len| {
+        // SAFETY: `ptr` points at a live sockaddr of `len` bytes.
+        unsafe { libc::connect(fd, ptr, len) }
+    });
+    if r == 0 { 0 } else { last_errno() }
+}
+
+/// Calls `f` with `to` as a `sockaddr` and its length.
+fn with_sockaddr(
+    to: SocketAddr,
+    f: impl FnOnce(*const libc::sockaddr, libc::socklen_t) -> c_int,
+) -> c_int {
     // SAFETY: all-zero is a valid sockaddr_in/sockaddr_in6.
     let (mut v4, mut v6): (libc::sockaddr_in, libc::sockaddr_in6) = unsafe { std::mem::zeroed() };
     let (ptr, len) = match to {
@@ -386,12 +416,7 @@ fn connect_to(fd: RawFd, to: SocketAddr) -> c_int {
             )
         }
     };
-    // SAFETY: `ptr` points at a live, initialised sockaddr of `len` bytes.
-    if unsafe { libc::connect(fd, ptr, len as libc::socklen_t) } == 0 {
-        0
-    } else {
-        last_errno()
-    }
+    f(ptr, len as libc::socklen_t)
 }
 
 /// Human-readable form of a refused sockaddr, for loopflow's report.
