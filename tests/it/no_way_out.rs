@@ -167,7 +167,8 @@ NR = {
     "userfaultfd": 323 if X86 else 282, "bpf": 321 if X86 else 280,
     "io_uring_setup": 425, "add_key": 248 if X86 else 217,
     "keyctl": 250 if X86 else 219, "request_key": 249 if X86 else 218,
-    "setns": 308 if X86 else 268,
+    "setns": 308 if X86 else 268, "pidfd_send_signal": 424,
+    "ptrace": 101 if X86 else 117,
 }
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -308,7 +309,10 @@ fn on_terminal(mut c: Command, typed: &[u8]) -> (i32, Vec<u8>, Vec<u8>, Vec<i32>
         }
         if start.elapsed() > PATIENCE {
             let _ = child.kill();
-            panic!("loopflow on a terminal did not end");
+            panic!(
+                "loopflow on a terminal did not end (foreground groups seen: {fgs:?}, its own {pid}): {:?}",
+                String::from_utf8_lossy(&out)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -581,6 +585,11 @@ for who, pid in (("loopflow", int(sys.argv[1])), ("user", int(sys.argv[2]))):
         sc("pidfd_getfd", pfd, 0, 0)
     t(f"{who}.pidfd_getfd", getfd)
     t(f"{who}.perf_event_open", lambda: sc("perf_event_open", perf_attr(), pid, -1, -1, 0))
+    # Signals are Landlock's to scope: signal 0 asks whether one would be delivered.
+    t(f"{who}.kill-0", lambda: os.kill(pid, 0))
+    t(f"{who}.pidfd_send_signal-0", lambda: sc("pidfd_send_signal", sc("pidfd_open", pid, 0), 0, 0, 0))
+    # PTRACE_SEIZE does not stop the process; this one exits (and detaches) at once.
+    t(f"{who}.ptrace-seize", lambda: sc("ptrace", 0x4206, pid, 0, 0))
 "#;
 
 #[test]
@@ -1064,5 +1073,63 @@ exit 0"#
         // The branch has no trace of it either.
         let tree = git_any(p.path(), &["ls-tree", "-r", "--name-only", "loopflow/l"]);
         assert!(!tree.unwrap_or_default().contains(".loopflow-out"), "{who}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// One proxy per tick, each refusal its node's
+
+#[test]
+fn one_proxy_serves_the_tick_and_each_refusal_is_its_nodes() {
+    if !ready() {
+        return;
+    }
+    for user in runners() {
+        let user = user.as_ref();
+        let who = who(user);
+        let p = Project::git();
+        // Each role asks the tick's proxy for a host nobody allows, its own; the
+        // implementer also records the proxy it was given.
+        let agent = p.script(
+            "agent.sh",
+            &format!(
+                r#"ask() {{ {PY} -c 'import os, socket, sys
+h, p = os.environ["HTTPS_PROXY"].split("//")[1].rsplit(":", 1)
+s = socket.create_connection((h, int(p)), 5)
+s.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (sys.argv[1], sys.argv[1])).encode())
+print(s.recv(100).decode().split("\r\n")[0])' "$1"; }}
+case "$1" in
+  implement) ask implement.invalid > /dev/null; echo "$HTTPS_PROXY" > proxy-seen ;;
+  verify) ask verify.invalid > /dev/null
+    [ "$(cat proxy-seen)" = "$HTTPS_PROXY" ] && echo same > proxy-same
+    echo '{HALF}' ;;
+  *) ask orchestrate.invalid > /dev/null; echo ok ;;
+esac
+exit 0"#
+            ),
+        );
+        p.with_loop(
+            "l",
+            &LoopToml::new()
+                .without("worktree")
+                .table("sandbox", "mode = \"enforce\"")
+                .harness_command(&agent, &["{{role}}"]),
+        );
+        std::fs::create_dir_all(p.join("home")).expect("home");
+        if let Some(u) = user {
+            u.own(p.path());
+        }
+        let r = tick(&p, user, &[]);
+        assert_ticked(&p, &r, &who);
+        let same = std::fs::read_to_string(p.worktree("l").join("proxy-same"));
+        assert_eq!(same.unwrap_or_default(), "same\n", "{who}: a proxy per spawn");
+        let log = p.events("l");
+        for node in ["implement", "verify", "orchestrate"] {
+            for host in ["implement", "verify", "orchestrate"] {
+                let line = format!("WARN node={node} msg=\"network refused: {host}.invalid:443\"");
+                let n = log.iter().filter(|l| **l == line).count();
+                assert_eq!(n, usize::from(node == host), "{who}: {line}\n{log:#?}");
+            }
+        }
     }
 }
