@@ -1,5 +1,5 @@
-//! Running child processes: argv only (never a shell), each in a session (and process
-//! group) of its own, output to files, optionally confined by the sandbox, and on timeout,
+//! Running child processes: argv only (never a shell), each in a session (confined) or a
+//! process group (unconfined) of its own, output to files, optionally confined by the sandbox, and on timeout,
 //! silence or interruption TERM to the whole group, a grace period, then KILL, so no
 //! grandchild outlives its node. On Linux the child is started by the sandbox's launcher
 //! (a `clone(CLONE_VM|CLONE_VFORK)` child that confines itself and `exec`s the program

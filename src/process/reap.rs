@@ -1,11 +1,12 @@
 //! What a node or a tick left running, found and stopped without trusting it. loopflow is
 //! the subreaper of everything it starts, so every process a tick started stays in
 //! loopflow's process tree whatever it does (`setsid`, double forks, a tracer of its own):
-//! its own or an orphan that came back to loopflow. Each node's process leads a session
-//! of its own (Linux), so whatever a node started is in a session other than loopflow's,
-//! which no process can join: that, not what a process says of itself, is what tells
-//! leftovers from loopflow's own helpers (`git`). A walk of the tree kills each leftover
-//! the moment it is found, so a fork storm cannot outgrow it; every wait is bounded.
+//! its own or an orphan that came back to loopflow. Each confined node's process leads a
+//! session of its own (Linux), so whatever it started is in a session other than
+//! loopflow's, which no process can join: that, not what a process says of itself, is
+//! what tells its leftovers from loopflow's own helpers (`git`). A walk of the tree kills
+//! each leftover the moment it is found, so a fork storm cannot outgrow it; every wait is
+//! bounded.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -186,24 +187,25 @@ pub fn loop_marks(loop_name: &str, project: &Path) -> [String; 2] {
     ]
 }
 
-/// Kills what nodes left running (Linux): every process of loopflow's tree that a node
-/// started (in a session other than loopflow's) and no `run` waits for. When another
-/// node's process is still running (a parallel tick), only those whose environment
-/// carries every one of `marks` (`LOOPFLOW_LOOP=…`, `LOOPFLOW_PROJECT=…`, and for one
-/// node `LOOPFLOW_NODE=…`) go, so a sibling's processes are left to it; with no other
-/// running, or `marks` empty, all of them. Repeats until none is left, within the grace
-/// period. Returns how many were killed.
+/// Kills what nodes left running (Linux), of loopflow's tree but what a `run` waits for.
+/// With `marks` empty (the tick's end: no node runs, no helper of loopflow's), all of it.
+/// Else what a node left: a process in a session other than loopflow's (a confined
+/// node's, which no process can join) when no other node's process runs; otherwise, and
+/// for processes of loopflow's own session (unconfined nodes share it), only those whose
+/// environment carries every one of `marks` (`LOOPFLOW_LOOP=…`, `LOOPFLOW_PROJECT=…`, and
+/// for one node `LOOPFLOW_NODE=…`), so a sibling's processes and loopflow's own `git` are
+/// left alone. Repeats until none is left, within the grace period. Returns how many were
+/// killed.
 pub fn reap_leftovers(marks: &[String]) -> usize {
     #[cfg(target_os = "linux")]
     {
         let mine = own_session();
         let marks: Vec<Vec<u8>> = marks.iter().map(|m| m.as_bytes().to_vec()).collect();
         sweep(GRACE, &|pid, s, others| {
-            s.session != mine
-                && (marks.is_empty() || !others || {
-                    let env = environ(pid);
-                    marks.iter().all(|m| env.contains(m))
-                })
+            marks.is_empty() || (s.session != mine && !others) || {
+                let env = environ(pid);
+                marks.iter().all(|m| env.contains(m))
+            }
         })
     }
     #[cfg(not(target_os = "linux"))]

@@ -1,7 +1,8 @@
 //! Starting a process cheaply and confined before it runs a single instruction of its own
 //! (Linux): a `clone(CLONE_VM | CLONE_VFORK | CLONE_PIDFD)` child on a stack of its own —
 //! no copy of loopflow's address space, no thread — that puts itself in a session of its
-//! own (no controlling terminal), sets its stdin/stdout/stderr, drops every capability,
+//! own (no controlling terminal; unconfined, a process group of its own), sets its
+//! stdin/stdout/stderr, drops every capability,
 //! enters the tick's Landlock domain (with a rule for its own `/proc/<pid>`), installs the
 //! seccomp filter (handing the notification listener back over a socket) and `execve`s
 //! the program the parent resolved. Everything the child touches was built by the parent;
@@ -53,13 +54,15 @@ impl Program {
         let path = if program.contains('/') {
             c(program.as_bytes())?
         } else {
-            let path_var = env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v);
-            let found = path_var.and_then(|p| {
-                std::env::split_paths(p)
-                    .map(|d| d.join(program))
-                    .find(|f| executable(f))
-            });
-            match found {
+            // The child's PATH, else loopflow's (where std's spawn looks), else the default.
+            let path_var = env
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.clone())
+                .or_else(|| std::env::var_os("PATH"))
+                .unwrap_or_else(|| "/bin:/usr/bin".into());
+            match resolve(program, &path_var) {
                 Some(f) => c(f.as_os_str().as_bytes())?,
                 None => return Err(ProgramError::NotFound(program.to_string())),
             }
@@ -96,8 +99,32 @@ impl Program {
     }
 }
 
-/// A regular file this process may execute (`PATH` lookup, as `execvp` would do it, but
-/// in the parent: the child then makes exactly one `execve`).
+/// Where `program` is on `path` (as `execvp` would look, but in the parent: the child then
+/// makes exactly one `execve`). Remembered while it is there: a tick runs the same few
+/// programs.
+fn resolve(program: &str, path: &OsString) -> Option<std::path::PathBuf> {
+    type Found = Vec<((String, OsString), std::path::PathBuf)>;
+    static FOUND: std::sync::Mutex<Found> = std::sync::Mutex::new(Vec::new());
+    let key = (program.to_string(), path.clone());
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    // Still there (one stat, against one per PATH entry before it).
+    if let Some((_, f)) = found.iter().find(|(k, _)| *k == key)
+        && executable(f)
+    {
+        return Some(f.clone());
+    }
+    found.retain(|(k, _)| *k != key);
+    let f = std::env::split_paths(path)
+        .map(|d| d.join(program))
+        .find(|f| executable(f))?;
+    if found.len() >= 32 {
+        found.remove(0);
+    }
+    found.push((key, f.clone()));
+    Some(f)
+}
+
+/// A regular file this process may execute.
 fn executable(f: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(f).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -128,7 +155,7 @@ impl Stage {
     fn what(self) -> &'static str {
         match self {
             Stage::None => "start",
-            Stage::Session => "setsid",
+            Stage::Session => "start a session (or process group) of its own",
             Stage::Stdio => "set up stdin/stdout/stderr",
             Stage::Chdir => "enter the working directory",
             Stage::Privileges => "drop privileges",
@@ -461,7 +488,16 @@ unsafe fn start(a: &Args) -> Stage {
     // SAFETY (whole body): syscalls with arguments the parent prepared; no allocation.
     unsafe {
         default_signals();
-        if libc::setsid() < 0 {
+        // Confined: a session of its own, without a controlling terminal. Unconfined
+        // (`mode = "off"`): a process group of its own, as any job of a shell (a new
+        // session costs a new scheduler autogroup, which waits for the CPU on a busy
+        // machine).
+        let own = if a.confine.is_null() {
+            libc::setpgid(0, 0)
+        } else {
+            libc::setsid()
+        };
+        if own < 0 {
             return Stage::Session;
         }
         for (to, &from) in a.stdio.iter().enumerate() {

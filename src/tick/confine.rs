@@ -276,6 +276,11 @@ impl Confinement {
         net.as_ref().map(|n| n.addr())
     }
 
+    /// Whether the sandbox is on (`mode` is not `"off"`).
+    pub fn confines(&self) -> bool {
+        self.backend.is_some()
+    }
+
     /// Whether spawns go through the tick's proxy (`network = "hosts"`, sandbox on).
     pub fn proxied(&self) -> bool {
         self.backend.is_some() && matches!(self.base.net, Net::Proxy(_))
@@ -521,11 +526,8 @@ pub fn install_prefix(
         let under_home = home.as_ref().is_some_and(|h| dir.starts_with(h));
         let grant = match node_modules(dir) {
             Some(m) => vec![m],
-            None if dir.file_name().is_some_and(|n| n == "bin") => {
-                let mut v = prefix_of(dir, home.as_deref());
-                v.push(f.clone());
-                v
-            }
+            // Its `bin` is among the prefix's parts, so the file is too.
+            None if dir.file_name().is_some_and(|n| n == "bin") => prefix_of(dir, home.as_deref()),
             None if under_home => vec![f.clone()],
             None => vec![dir.to_path_buf()],
         };

@@ -253,7 +253,8 @@ impl Host for Tick<'_> {
         };
         let watch = || self.halts.look(self.paths);
         let mut read = s.read.clone();
-        if let Some(program) = s.argv.first() {
+        // Only a sandbox needs to know where the program lives.
+        if let Some(program) = s.argv.first().filter(|_| self.confine.confines()) {
             let path = std::env::var_os("PATH");
             read.extend(super::confine::install_prefix(
                 program,

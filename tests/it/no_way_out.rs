@@ -1122,7 +1122,11 @@ exit 0"#
         let r = tick(&p, user, &[]);
         assert_ticked(&p, &r, &who);
         let same = std::fs::read_to_string(p.worktree("l").join("proxy-same"));
-        assert_eq!(same.unwrap_or_default(), "same\n", "{who}: a proxy per spawn");
+        assert_eq!(
+            same.unwrap_or_default(),
+            "same\n",
+            "{who}: a proxy per spawn"
+        );
         let log = p.events("l");
         for node in ["implement", "verify", "orchestrate"] {
             for host in ["implement", "verify", "orchestrate"] {
@@ -1130,6 +1134,65 @@ exit 0"#
                 let n = log.iter().filter(|l| **l == line).count();
                 assert_eq!(n, usize::from(node == host), "{who}: {line}\n{log:#?}");
             }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// What works inside
+
+#[test]
+fn cargo_python_and_node_still_work_inside() {
+    if !ready() {
+        return;
+    }
+    for user in runners() {
+        let user = user.as_ref();
+        let who = who(user);
+        // Root's toolchain lives in root's home: only root builds with cargo here.
+        let cargo = if user.is_none() {
+            r#"cargo init --vcs none --name probe crate > /dev/null 2>&1
+(cd crate && cargo build --offline > ../loot/cargo 2>&1 && cargo test --offline >> ../loot/cargo 2>&1) && echo cargo-ok >> loot/works"#
+        } else {
+            ""
+        };
+        let body = format!(
+            r#"{cargo}
+{PY} -c 'import subprocess, threading, concurrent.futures as f, os, tempfile
+t = tempfile.NamedTemporaryFile(dir=os.environ["TMPDIR"]); t.write(b"x"); t.flush()
+assert subprocess.run(["true"]).returncode == 0
+assert list(f.ThreadPoolExecutor(2).map(abs, [-1, -2])) == [1, 2]
+print("py-ok")' >> loot/works 2>loot/py
+node -e 'const {{ Worker }} = require("worker_threads");
+const cp = require("child_process");
+if (cp.execSync("echo hi").toString().trim() !== "hi") process.exit(1);
+new Worker("require(\"worker_threads\").parentPort.postMessage(1)", {{ eval: true }})
+  .on("message", () => console.log("node-ok"));' >> loot/works 2>loot/node"#
+        );
+        let p = hostile(user, &body, "", &[]);
+        // HOME is the project's: the toolchain keeps its own.
+        let real = std::env::var("HOME").unwrap_or_default();
+        let rustup = std::env::var("RUSTUP_HOME").unwrap_or(format!("{real}/.rustup"));
+        let cargo_home = std::env::var("CARGO_HOME").unwrap_or(format!("{real}/.cargo"));
+        let env: &[(&str, &str)] = match user {
+            None => &[("RUSTUP_HOME", &rustup), ("CARGO_HOME", &cargo_home)],
+            Some(_) => &[],
+        };
+        let r = tick(&p, user, env);
+        assert_ticked(&p, &r, &who);
+        let works = loot(&p, "works");
+        let mut want = vec!["py-ok", "node-ok"];
+        if user.is_none() {
+            want.push("cargo-ok");
+        }
+        for w in want {
+            assert!(
+                works.contains(w),
+                "{who}: {w} missing:\n{works}\n{}{}{}",
+                loot(&p, "cargo"),
+                loot(&p, "py"),
+                loot(&p, "node")
+            );
         }
     }
 }
