@@ -88,6 +88,17 @@ pub struct Environ {
     all: bool,
     /// Under `network = "hosts"` the proxy variables are the tick's own.
     own_proxy: bool,
+    /// loopflow's environment split once (a tick spawns several processes): what every
+    /// process sees, and the rest (which a preset's `env` may pass).
+    split: std::sync::OnceLock<Split>,
+}
+
+type Vars = Vec<(OsString, OsString)>;
+
+#[derive(Debug, Clone, Default)]
+struct Split {
+    passed: Vars,
+    rest: Vars,
 }
 
 impl Environ {
@@ -96,6 +107,7 @@ impl Environ {
             loop_env: sb.env.clone(),
             all: sb.env_all,
             own_proxy: proxied && sb.network == Network::Hosts,
+            split: std::sync::OnceLock::new(),
         }
     }
 
@@ -115,9 +127,21 @@ impl Environ {
 
     /// What of loopflow's environment a process with `extra` inherits.
     pub fn pick(&self, extra: &[String]) -> Vec<(OsString, OsString)> {
-        std::env::vars_os()
-            .filter(|(k, _)| k.to_str().is_some_and(|k| self.passes(k, extra)))
-            .collect()
+        let split = self.split.get_or_init(|| {
+            let (passed, rest) = std::env::vars_os()
+                .filter(|(k, _)| k.to_str().is_some())
+                .partition(|(k, _)| k.to_str().is_some_and(|k| self.passes(k, &[])));
+            Split { passed, rest }
+        });
+        let mut out = split.passed.clone();
+        out.extend(
+            split
+                .rest
+                .iter()
+                .filter(|(k, _)| k.to_str().is_some_and(|k| self.passes(k, extra)))
+                .cloned(),
+        );
+        out
     }
 
     /// The names a process with `extra` sees from loopflow's environment, sorted, and

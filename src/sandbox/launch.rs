@@ -72,22 +72,18 @@ impl Program {
         for a in args {
             argv.push(c(a.as_bytes())?);
         }
-        // Later entries win, each name once, in first-seen order.
-        let mut seen: Vec<&OsString> = Vec::with_capacity(env.len());
+        // Later entries win, each name once.
+        let mut seen: std::collections::HashSet<&OsString> =
+            std::collections::HashSet::with_capacity(env.len());
         let mut envp = Vec::with_capacity(env.len());
-        for (i, (k, _)) in env.iter().enumerate() {
-            if seen.contains(&k) {
+        for (k, v) in env.iter().rev() {
+            if !seen.insert(k) {
                 continue;
             }
-            seen.push(k);
-            let v = env[i..]
-                .iter()
-                .rev()
-                .find(|(k2, _)| k2 == k)
-                .map(|(_, v)| v);
-            let mut kv = k.as_bytes().to_vec();
+            let mut kv = Vec::with_capacity(k.len() + v.len() + 1);
+            kv.extend_from_slice(k.as_bytes());
             kv.push(b'=');
-            kv.extend_from_slice(v.map_or(&[][..], |v| v.as_bytes()));
+            kv.extend_from_slice(v.as_bytes());
             envp.push(c(&kv)?);
         }
         Ok(Program {
