@@ -370,8 +370,14 @@ pub trait Sandbox: Send + Sync {
 pub fn kernel_summary() -> String {
     #[cfg(target_os = "linux")]
     {
+        let filter = match seccomp::available(false) {
+            true => "; a seccomp filter keeps them from other processes and shared kernel objects",
+            false => "; no seccomp: other processes stay reachable",
+        };
         match LandlockSandbox::kernel_abi() {
-            0 => "this kernel has no Landlock: agents run unconfined (mode \"auto\" warns each tick, \"enforce\" runs none)".into(),
+            0 => format!(
+                "this kernel has no Landlock: agents' files, network and signals are unconfined (mode \"auto\" warns each tick, \"enforce\" runs none){filter}"
+            ),
             abi => {
                 let mut what = vec!["reads", "writes"];
                 if abi >= 4 {
@@ -380,7 +386,7 @@ pub fn kernel_summary() -> String {
                 if abi >= 6 {
                     what.push("signals");
                 }
-                format!("Landlock ABI {abi} confines {}", what.join(", "))
+                format!("Landlock ABI {abi} confines {}{filter}", what.join(", "))
             }
         }
     }
