@@ -422,6 +422,11 @@ def klog():
     buf = ctypes.create_string_buffer(4096)
     ck(libc.klogctl(3, buf, 4096))
 t("syslog", klog)
+def mount():
+    os.makedirs("loot/mnt", exist_ok=True)
+    ck(libc.mount(b"none", b"loot/mnt", b"tmpfs", 0, None))
+    libc.umount2(b"loot/mnt", 2)  # it worked: undo it (MNT_DETACH)
+t("mount", mount)
 t("unshare-net", lambda: sc("unshare", 0x40000000))
 t("unshare-user", lambda: sc("unshare", 0x10000000))
 t("setuid", lambda: os.setuid(12345))
