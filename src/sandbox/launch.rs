@@ -98,7 +98,7 @@ impl Program {
 /// Where `program` is on `path` (as `execvp` would look, but in the parent: the child then
 /// makes exactly one `execve`). Remembered while it is there: a tick runs the same few
 /// programs.
-fn resolve(program: &str, path: &OsString) -> Option<std::path::PathBuf> {
+pub(crate) fn resolve(program: &str, path: &OsString) -> Option<std::path::PathBuf> {
     type Found = Vec<((String, OsString), std::path::PathBuf)>;
     static FOUND: std::sync::Mutex<Found> = std::sync::Mutex::new(Vec::new());
     let key = (program.to_string(), path.clone());

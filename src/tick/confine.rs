@@ -508,6 +508,10 @@ pub fn install_prefix(
         let f = PathBuf::from(program);
         return f.canonicalize().map_or_else(|_| vec![f], |c| vec![c]);
     }
+    // Found as the spawn will find it (and remembered for it).
+    #[cfg(target_os = "linux")]
+    let found = path.and_then(|p| crate::sandbox::launch::resolve(program, &p.to_os_string()));
+    #[cfg(not(target_os = "linux"))]
     let found = path.and_then(|p| {
         std::env::split_paths(p)
             .map(|d| d.join(program))
