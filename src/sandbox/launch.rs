@@ -619,3 +619,98 @@ unsafe fn send_fd(sock: c_int, fd: c_int) -> bool {
         libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) == 1
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+    }
+
+    #[test]
+    fn the_program_is_resolved_and_later_variables_win() {
+        let p = Program::new(
+            "true",
+            &["x".into()],
+            &env(&[
+                ("PATH", "/nonexistent:/usr/bin:/bin"),
+                ("A", "1"),
+                ("A", "2"),
+            ]),
+            Path::new("/"),
+        )
+        .unwrap();
+        assert!(p.path.to_bytes().ends_with(b"/true"), "{:?}", p.path);
+        assert_eq!(p.argv, [c"true".to_owned(), c"x".to_owned()]);
+        let a: Vec<&CString> = p
+            .env
+            .iter()
+            .filter(|e| e.to_bytes().starts_with(b"A="))
+            .collect();
+        assert_eq!(a, [&c"A=2".to_owned()]);
+        let missing = Program::new(
+            "no-such-program-here",
+            &[],
+            &env(&[("PATH", "/usr/bin")]),
+            Path::new("/"),
+        );
+        assert!(matches!(missing, Err(ProgramError::NotFound(_))));
+        let nul = Program::new(
+            "true",
+            &["a\0b".into()],
+            &env(&[("PATH", "/usr/bin")]),
+            Path::new("/"),
+        );
+        assert!(matches!(nul, Err(ProgramError::Nul)));
+    }
+
+    #[test]
+    fn an_unconfined_child_runs_in_a_group_of_its_own_with_its_stdio() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::fs::File::create(dir.path().join("out")).unwrap();
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let p = Program::new(
+            "sh",
+            &[
+                "-c".into(),
+                "echo $$ $(ps -o pgid= -p $$ 2>/dev/null | tr -d ' ')".into(),
+            ],
+            &env(&[("PATH", "/usr/bin:/bin")]),
+            dir.path(),
+        )
+        .unwrap();
+        let (child, listener) = launch(
+            &p,
+            [null.as_raw_fd(), out.as_raw_fd(), out.as_raw_fd()],
+            None,
+        )
+        .unwrap();
+        assert!(listener.is_none());
+        let mut status = 0;
+        // SAFETY: our own child.
+        unsafe { libc::waitpid(child.pid as i32, &mut status, 0) };
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        let text = std::fs::read_to_string(dir.path().join("out")).unwrap();
+        let f: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(f[0], child.pid.to_string(), "{text}");
+        if let Some(pgid) = f.get(1) {
+            assert_eq!(*pgid, f[0], "its own process group: {text}");
+        }
+    }
+
+    #[test]
+    fn a_missing_directory_is_reported_as_where_the_child_failed() {
+        let p = Program::new(
+            "true",
+            &[],
+            &env(&[("PATH", "/usr/bin:/bin")]),
+            Path::new("/no/such/dir"),
+        )
+        .unwrap();
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let fd = null.as_raw_fd();
+        let e = launch(&p, [fd, fd, fd], None).err().expect("fails");
+        assert!(e.to_string().contains("working directory"), "{e}");
+    }
+}
