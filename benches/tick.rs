@@ -3,8 +3,11 @@
 //! spawns the same three agents with output to per-tick files and writes one state file
 //! atomically), in one interleaved run: every round times a floor process and a tick
 //! back to back (alternating which goes first), with `[sandbox] mode = "off"` against
-//! the bare floor and with the sandbox on (`"auto"`: Landlock here) against the floor
-//! whose spawns are confined too; each for a plain loop (the project is no repository)
+//! the bare floor and with the sandbox on (`"auto"`: Landlock and seccomp here, the
+//! default `network = "hosts"`) against the confined floor (`benches/floor_confined.rs`:
+//! the lock, the state read, three prompts, one ruleset and one filter of loopflow's size
+//! built once, a `clone(CLONE_VM|CLONE_VFORK)` child per spawn that confines itself, the
+//! atomic state write and a log line); each for a plain loop (the project is no repository)
 //! and for the loop a user gets from `create` in a repository (its own worktree and
 //! branch, the blast radius checked and the tick's changes committed by `git-commit`;
 //! the agents change nothing, so nothing is committed). Reported: the per-pair ratio (median, the
@@ -17,8 +20,8 @@
 //! and loop directory, so both pay the same for creating a file there.
 //!
 //! Run it with `scripts/bench tick` (builds the release binaries it needs), or
-//! `cargo bench --bench tick` after `cargo build --release` with `LOOPFLOW_FLOOR_BIN`
-//! naming the built floor. `BENCH_ROUNDS` (default 60) sets the pairs per mode.
+//! `cargo bench --bench tick` after `cargo build --release` with `LOOPFLOW_FLOOR_BIN` and
+//! `LOOPFLOW_FLOOR_CONFINED_BIN` naming the built floors. `BENCH_ROUNDS` (default 60) sets the pairs per mode.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -42,8 +45,9 @@ fn binary(var: &str, candidates: &[PathBuf]) -> PathBuf {
         })
 }
 
-/// The newest `target/release/deps/floor-*` executable (what `cargo bench` built).
-fn built_floor(root: &Path) -> Vec<PathBuf> {
+/// The newest `target/release/deps/<name>-*` executable (what `cargo bench` built).
+fn built(root: &Path, name: &str) -> Vec<PathBuf> {
+    let prefix = format!("{name}-");
     let mut found: Vec<(std::time::SystemTime, PathBuf)> =
         std::fs::read_dir(root.join("target/release/deps"))
             .into_iter()
@@ -53,7 +57,7 @@ fn built_floor(root: &Path) -> Vec<PathBuf> {
             .filter(|p| {
                 p.file_name()
                     .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("floor-") && !n.contains('.'))
+                    .is_some_and(|n| n.starts_with(&prefix) && !n.contains('.'))
             })
             .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
             .collect();
@@ -108,7 +112,18 @@ fn reset_history(paths: &LoopPaths) {
     }
 }
 
-fn timed(cmd: &mut Command) -> Duration {
+/// The CPU time (user and system) this process's reaped children used so far.
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage writes one rusage.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut r) };
+    let t = |tv: libc::timeval| Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000);
+    t(r.ru_utime) + t(r.ru_stime)
+}
+
+/// Runs `cmd` to its end; its wall time, and the CPU time it and its children used.
+fn timed(cmd: &mut Command, cpu: &mut Vec<Duration>) -> Duration {
+    let before = children_cpu();
     let start = Instant::now();
     let st = cmd
         .stdin(Stdio::null())
@@ -116,51 +131,64 @@ fn timed(cmd: &mut Command) -> Duration {
         .status()
         .expect("spawn");
     let d = start.elapsed();
+    cpu.push(children_cpu().saturating_sub(before));
     assert!(st.success(), "{cmd:?} failed: {st}");
     d
 }
 
 struct Mode {
     name: &'static str,
-    floor_args: &'static [&'static str],
+    /// The floor this mode's tick is paired with.
+    floor_bin: PathBuf,
+    /// With the sandbox on, the confined floor again with a session per spawn (as
+    /// loopflow's confined children have), timed in the same rounds: what sessions cost.
+    session: Option<Vec<Duration>>,
     project: tempfile::TempDir,
     paths: LoopPaths,
     floor: Vec<Duration>,
     tick: Vec<Duration>,
+    /// CPU time (user + system, children included) of each floor and tick: what a busy
+    /// machine's waiting for the CPU leaves out.
+    floor_cpu: Vec<Duration>,
+    tick_cpu: Vec<Duration>,
 }
 
 impl Mode {
-    fn new(
-        name: &'static str,
-        sandbox: &str,
-        worktree: bool,
-        floor_args: &'static [&'static str],
-    ) -> Mode {
+    fn new(name: &'static str, sandbox: &str, worktree: bool, floor: &Path) -> Mode {
         let (project, paths) = project(sandbox, worktree);
         Mode {
             name,
-            floor_args,
+            floor_bin: floor.to_path_buf(),
+            session: (sandbox != "off").then(Vec::new),
             project,
             paths,
             floor: Vec::new(),
             tick: Vec::new(),
+            floor_cpu: Vec::new(),
+            tick_cpu: Vec::new(),
         }
     }
 
-    fn round(&mut self, exe: &Path, floor: &Path, round: usize, tick_first: bool) {
-        let mut f = Command::new(floor);
-        f.arg(&self.paths.dir)
-            .arg(round.to_string())
-            .args(self.floor_args);
+    fn round(&mut self, exe: &Path, round: usize, tick_first: bool) {
+        let mut f = Command::new(&self.floor_bin);
+        f.arg(&self.paths.dir).arg(round.to_string());
         let mut t = Command::new(exe);
         t.args(["run", "--loop", "bench", "--project"])
             .arg(self.project.path());
         if tick_first {
-            self.tick.push(timed(&mut t));
-            self.floor.push(timed(&mut f));
+            self.tick.push(timed(&mut t, &mut self.tick_cpu));
+            self.floor.push(timed(&mut f, &mut self.floor_cpu));
         } else {
-            self.floor.push(timed(&mut f));
-            self.tick.push(timed(&mut t));
+            self.floor.push(timed(&mut f, &mut self.floor_cpu));
+            self.tick.push(timed(&mut t, &mut self.tick_cpu));
+        }
+        // After the pair (the first tick makes the loop's outputs/), in the same round.
+        if let Some(s) = &mut self.session {
+            let mut fs = Command::new(&self.floor_bin);
+            fs.arg(&self.paths.dir)
+                .arg((round + 5_000_000).to_string())
+                .arg("--session");
+            s.push(timed(&mut fs, &mut Vec::new()));
         }
         reset_history(&self.paths);
     }
@@ -261,14 +289,13 @@ fn callgrind(cmd: &[std::ffi::OsString]) -> u64 {
 }
 
 /// `--counts`: one tick and one floor per mode, counted.
-fn counts(exe: &Path, floor: &Path, modes: &mut [Mode]) {
+fn counts(exe: &Path, modes: &mut [Mode]) {
     println!("instructions (callgrind, the process itself) and syscalls (strace -f, its threads):");
     for m in modes {
-        let floor_cmd: Vec<std::ffi::OsString> = [floor.as_os_str(), m.paths.dir.as_os_str()]
+        let floor_cmd: Vec<std::ffi::OsString> = [m.floor_bin.as_os_str(), m.paths.dir.as_os_str()]
             .into_iter()
             .map(Into::into)
             .chain(["999".into()])
-            .chain(m.floor_args.iter().map(Into::into))
             .collect();
         let tick_cmd: Vec<std::ffi::OsString> = [exe.as_os_str()]
             .into_iter()
@@ -276,7 +303,7 @@ fn counts(exe: &Path, floor: &Path, modes: &mut [Mode]) {
             .chain(["run", "--loop", "bench", "--project"].map(Into::into))
             .chain([m.project.path().as_os_str().into()])
             .collect();
-        let instructions = m.floor_args.is_empty();
+        let instructions = !m.name.contains("sandbox on");
         let (fi, fs, _) = count(&floor_cmd, instructions);
         let (ti, ts, by_name) = count(&tick_cmd, instructions);
         reset_history(&m.paths);
@@ -307,30 +334,39 @@ fn main() {
     let rounds = support::rounds(60);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let exe = support::loopflow_bin();
-    let floor = binary("LOOPFLOW_FLOOR_BIN", &built_floor(root));
+    let floor = binary("LOOPFLOW_FLOOR_BIN", &built(root, "floor"));
+    let confined = binary(
+        "LOOPFLOW_FLOOR_CONFINED_BIN",
+        &built(root, "floor_confined"),
+    );
     let mut modes = [
-        Mode::new("plain, sandbox off   ", "off", false, &[]),
-        Mode::new("plain, sandbox on    ", "auto", false, &["--sandbox"]),
-        Mode::new("worktree, sandbox off", "off", true, &[]),
-        Mode::new("worktree, sandbox on ", "auto", true, &["--sandbox"]),
+        Mode::new("plain, sandbox off   ", "off", false, &floor),
+        Mode::new("plain, sandbox on    ", "auto", false, &confined),
+        Mode::new("worktree, sandbox off", "off", true, &floor),
+        Mode::new("worktree, sandbox on ", "auto", true, &confined),
     ];
     // Warm up caches and page in the binaries; not counted.
     for m in &mut modes {
         for r in 0..5 {
-            m.round(&exe, &floor, 1_000_000 + r, r % 2 == 0);
+            m.round(&exe, 1_000_000 + r, r % 2 == 0);
         }
         m.floor.clear();
         m.tick.clear();
+        m.floor_cpu.clear();
+        m.tick_cpu.clear();
+        if let Some(s) = &mut m.session {
+            s.clear();
+        }
     }
     if std::env::args().any(|a| a == "--counts") {
-        counts(&exe, &floor, &mut modes);
+        counts(&exe, &mut modes);
         return;
     }
     let outputs = modes[0].paths.dir.join("outputs");
     let created_before = creation_us(&outputs, "before");
     for r in 0..rounds {
         for m in &mut modes {
-            m.round(&exe, &floor, r, r % 2 == 1);
+            m.round(&exe, r, r % 2 == 1);
         }
     }
     println!(
@@ -338,7 +374,9 @@ fn main() {
         exe.display()
     );
     println!("  `loopflow run` (a process) against the floor (a process: 3 spawns, output to");
-    println!("  per-tick files, 1 fsync'd atomic state write), ratio per pair:");
+    println!("  per-tick files, 1 fsync'd atomic state write; sandbox on: the confined floor,");
+    println!("  with the lock, prompts, one ruleset and filter, a vfork child per spawn and a");
+    println!("  log line), ratio per pair:");
     println!(
         "  creating a file in the loop's outputs/: {created_before:.1} us before the rounds, {:.1} us after",
         creation_us(&outputs, "after")
@@ -362,5 +400,32 @@ fn main() {
             ratios[0],
             ratios[ratios.len() - 1],
         );
+        let cpu = |v: &[Duration]| {
+            let mut ms: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+            ms.sort_by(f64::total_cmp);
+            percentile(&ms, 0.5)
+        };
+        println!(
+            "    CPU time (user + system, the agents included): floor {:.2} ms, tick {:.2} ms (medians), {:.3}x",
+            cpu(&m.floor_cpu),
+            cpu(&m.tick_cpu),
+            cpu(&m.tick_cpu) / cpu(&m.floor_cpu),
+        );
+        if let Some(s) = &m.session {
+            let mut ratios: Vec<f64> = m
+                .tick
+                .iter()
+                .zip(s)
+                .map(|(t, f)| t.as_secs_f64() / f.as_secs_f64())
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            println!(
+                "    the confined floor with a session per spawn: {:>6.3} ms; tick/it median {:.3}x, p10-p90 {:.3}-{:.3}x",
+                median_ms(s),
+                percentile(&ratios, 0.5),
+                percentile(&ratios, 0.1),
+                percentile(&ratios, 0.9),
+            );
+        }
     }
 }

@@ -88,6 +88,17 @@ pub struct Environ {
     all: bool,
     /// Under `network = "hosts"` the proxy variables are the tick's own.
     own_proxy: bool,
+    /// loopflow's environment split once (a tick spawns several processes): what every
+    /// process sees, and the rest (which a preset's `env` may pass).
+    split: std::sync::OnceLock<Split>,
+}
+
+type Vars = Vec<(OsString, OsString)>;
+
+#[derive(Debug, Clone, Default)]
+struct Split {
+    passed: Vars,
+    rest: Vars,
 }
 
 impl Environ {
@@ -96,6 +107,7 @@ impl Environ {
             loop_env: sb.env.clone(),
             all: sb.env_all,
             own_proxy: proxied && sb.network == Network::Hosts,
+            split: std::sync::OnceLock::new(),
         }
     }
 
@@ -120,9 +132,21 @@ impl Environ {
 
     /// What of loopflow's environment a process with `extra` inherits.
     pub fn pick(&self, extra: &[String]) -> Vec<(OsString, OsString)> {
-        std::env::vars_os()
-            .filter(|(k, _)| k.to_str().is_some_and(|k| self.passes(k, extra)))
-            .collect()
+        let split = self.split.get_or_init(|| {
+            let (passed, rest) = std::env::vars_os()
+                .filter(|(k, _)| k.to_str().is_some())
+                .partition(|(k, _)| k.to_str().is_some_and(|k| self.passes(k, &[])));
+            Split { passed, rest }
+        });
+        let mut out = split.passed.clone();
+        out.extend(
+            split
+                .rest
+                .iter()
+                .filter(|(k, _)| k.to_str().is_some_and(|k| self.passes(k, extra)))
+                .cloned(),
+        );
+        out
     }
 
     /// The names a process with `extra` sees from loopflow's environment, sorted, and
@@ -143,25 +167,54 @@ impl Environ {
         (seen, withheld)
     }
 
-    /// The variables that some shipped preset reads for its key or endpoint, set in
-    /// loopflow's environment, and withheld from a process with `extra`: what an agent
-    /// run by a `command` of the user's own most likely misses.
+    /// The variables that some shipped preset reads for its key or endpoint
+    /// ([`AGENT_VARS`]), set in loopflow's environment, and withheld from a process with
+    /// `extra`: what an agent run by a `command` of the user's own most likely misses.
     pub fn withheld_agent_vars(&self, extra: &[String]) -> Vec<String> {
-        let mut known: Vec<String> = crate::preset::names()
+        AGENT_VARS
             .iter()
-            // Parsed once per process (the presets are built in), not once per spawn.
-            .filter_map(|n| crate::preset::load_shared(n, &mut Default::default()))
-            .flat_map(|p| p.env.clone())
-            .filter(|v| !v.ends_with('*'))
-            .collect();
-        known.sort();
-        known.dedup();
-        known
-            .into_iter()
             .filter(|k| std::env::var_os(k).is_some() && !self.passes(k, extra))
+            .map(|k| (*k).to_string())
             .collect()
     }
 }
+
+/// Every variable a shipped preset passes (its `env`, wildcards left out), sorted: a list,
+/// not the presets parsed, because a tick asks at every spawn of a `command` agent and
+/// parsing the six presets was a third of a tick's instructions. A unit test keeps it
+/// equal to the presets.
+pub const AGENT_VARS: &[&str] = &[
+    "AIDER_MODEL",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "ANTHROPIC_HOST",
+    "ANTHROPIC_MODEL",
+    "CLAUDE_CODE_ENABLE_TELEMETRY",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CONFIG_DIR",
+    "CODEX_API_KEY",
+    "CODEX_HOME",
+    "DEEPSEEK_API_KEY",
+    "GEMINI_API_KEY",
+    "GEMINI_MODEL",
+    "GOOGLE_API_KEY",
+    "GOOGLE_CLOUD_LOCATION",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_GEMINI_BASE_URL",
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "GOOGLE_GENERATIVE_AI_API_KEY",
+    "GOOSE_MODEL",
+    "GOOSE_PROVIDER",
+    "GROQ_API_KEY",
+    "OPENAI_API_BASE",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_HOST",
+    "OPENCODE_CONFIG",
+    "OPENROUTER_API_KEY",
+];
 
 /// The proxy variables for a proxy at `addr`. No `NO_PROXY`: loopback goes through it
 /// like any host (a server of the user's on 127.0.0.1 is no less a way out).
@@ -177,6 +230,23 @@ pub fn proxy_vars(addr: std::net::SocketAddr) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`AGENT_VARS`] is what the shipped presets pass: add a preset's new variable there.
+    #[test]
+    fn agent_vars_are_the_presets() {
+        let mut known: Vec<String> = crate::preset::names()
+            .iter()
+            .filter_map(|n| crate::preset::load_shared(n, &mut Default::default()))
+            .flat_map(|p| p.env.clone())
+            .filter(|v| !v.ends_with('*'))
+            .collect();
+        known.sort();
+        known.dedup();
+        assert_eq!(
+            AGENT_VARS, known,
+            "update environ::AGENT_VARS to the presets' env"
+        );
+    }
 
     #[test]
     fn allowlist() {

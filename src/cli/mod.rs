@@ -343,6 +343,7 @@ pub(crate) fn project_root(given: Option<&Path>) -> PathBuf {
 }
 
 pub fn main() -> i32 {
+    crate::process::seal_inherited_fds();
     crate::out::install_pipe_net();
     let code = dispatch();
     crate::out::finish(code)

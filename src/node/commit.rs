@@ -26,7 +26,8 @@ impl NodeKind for Commit {
 #[derive(Debug)]
 struct CommitNode;
 
-/// Usage an agent reported in its `{{output}}` file, when that file is a JSON object:
+/// Usage an agent reported in its `{{output}}` file (loopflow's copy, taken when its node
+/// ended), when that file is a JSON object:
 /// `cost_usd` (or Claude Code's `total_cost_usd`) and `tokens` (or `usage.input_tokens`
 /// + `usage.output_tokens`). Counted on top of the verdict's own `cost_usd`/`tokens`.
 fn reported_usage(path: &std::path::Path) -> (f64, u64) {
@@ -68,7 +69,7 @@ pub fn spend_of<'a>(outputs: impl Iterator<Item = &'a NodeOutput> + Clone) -> Sp
     let replayed = outputs.clone().any(|o| o.cached);
     let live = || outputs.clone().filter(|o| !o.cached);
     let (file_usd, file_tokens) = live()
-        .filter_map(|o| o.output_path.as_deref())
+        .filter_map(|o| o.output_kept.as_deref())
         .map(reported_usage)
         .fold((0.0, 0u64), |(u, t), (du, dt)| {
             (u + du, t.saturating_add(dt))

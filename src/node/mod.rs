@@ -112,6 +112,9 @@ pub struct NodeOutput {
     pub output: Option<String>,
     /// The path agents may write their output file to (`{{output}}`).
     pub output_path: Option<PathBuf>,
+    /// loopflow's copy of that file, taken when the node ended (what loopflow reads of it:
+    /// a later node's process can rewrite `output_path`, not this).
+    pub output_kept: Option<PathBuf>,
     pub verdict: Option<Verdict>,
     /// Wall time of spawned processes, counted against `max_seconds`.
     pub seconds: f64,

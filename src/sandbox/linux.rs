@@ -21,7 +21,6 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::sync::{Arc, OnceLock};
 
 use landlock::{
@@ -29,9 +28,10 @@ use landlock::{
     PathFd, PathFdError, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
 };
 
-use super::seccomp::{self, Filter, Supervisor};
+use super::seccomp::{self, Filter};
 use super::{
     DEFAULT_DEVICES, Enforced, Hook, Net, Policy, Prepared, SYSTEM_READS, Sandbox, SandboxError,
+    Shortfall,
 };
 
 /// Reading: files and directory listings (execution stays unhandled, so whatever may
@@ -40,37 +40,155 @@ fn read_access() -> BitFlags<AccessFs> {
     AccessFs::ReadFile | AccessFs::ReadDir
 }
 
-/// What a spawn needs to confine its child: the Landlock ruleset and, when the network
-/// is limited, the seccomp filter (and the proxy its supervisor connects to).
+/// What a spawned child does to itself before `exec` (see [`super::launch`]): drop every
+/// capability, enter the Landlock domain (when the kernel has Landlock) and install the
+/// seccomp filter (when it has seccomp). Built once per tick and shared by its spawns.
 pub(crate) struct Confiner {
-    ruleset: OwnedFd,
+    ruleset: Option<OwnedFd>,
     filter: Option<Filter>,
-    proxy: Option<std::net::SocketAddr>,
     /// Reads are confined: the child is given its own `/proc/<pid>` (Bun, JavaScriptCore
     /// read `/proc/self/maps` or abort), which no rule made before it exists can name.
     proc_self: bool,
+    /// This process holds `CAP_SETPCAP`: the child can empty its bounding set and lock the
+    /// securebits (root). Without it there is nothing a child could regain at `exec`
+    /// beyond what no_new_privs already stops.
+    bounding: bool,
+    /// `/proc/sys/kernel/cap_last_cap`.
+    last_cap: libc::c_ulong,
+    /// The securebits the child sets: this process's own (a locked one cannot be
+    /// cleared) and those that keep uid 0 from regaining anything.
+    securebits: libc::c_ulong,
 }
 
 impl std::fmt::Debug for Confiner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Confiner")
             .field("ruleset", &self.ruleset)
-            .field("socket_filter", &self.filter.is_some())
-            .field("proxy", &self.proxy)
+            .field("filter", &self.filter.is_some())
+            .field("bounding", &self.bounding)
             .finish()
     }
 }
 
-/// Whether this kernel runs the socket filter: seccomp filters with `errno`, and for a
-/// proxy the user notification its supervisor needs (what
-/// `/proc/sys/kernel/seccomp/actions_avail` lists), read once.
-fn seccomp_available(notify: bool) -> bool {
-    static AVAIL: OnceLock<String> = OnceLock::new();
-    let a = AVAIL.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default()
-    });
-    let has = |w: &str| a.split_whitespace().any(|x| x == w);
-    has("errno") && (!notify || has("user_notif"))
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const CAP_V3: u32 = 0x2008_0522;
+const CAP_SETPCAP: u32 = 8;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Whether this process may empty a child's bounding set (`CAP_SETPCAP` effective).
+fn holds_setpcap() -> bool {
+    let mut h = CapHeader {
+        version: CAP_V3,
+        pid: 0,
+    };
+    let mut d = [CapData::default(); 2];
+    // SAFETY: capget writes one header and two data words.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &raw mut h, d.as_mut_ptr()) };
+    r == 0 && d[0].effective & (1 << CAP_SETPCAP) != 0
+}
+
+/// This process's securebits and those that keep uid 0 from regaining capabilities at
+/// exec, each locked.
+fn securebits() -> libc::c_ulong {
+    // SAFETY: PR_GET_SECUREBITS takes no pointer and returns the bits (or -1).
+    let own = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) }.max(0);
+    let ours = libc::SECBIT_NOROOT
+        | libc::SECBIT_NOROOT_LOCKED
+        | libc::SECBIT_NO_SETUID_FIXUP
+        | libc::SECBIT_NO_SETUID_FIXUP_LOCKED
+        | libc::SECBIT_KEEP_CAPS_LOCKED
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE
+        | libc::SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    (own | ours) as libc::c_ulong
+}
+
+fn last_cap() -> libc::c_ulong {
+    static LAST: OnceLock<libc::c_ulong> = OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(63)
+    })
+}
+
+impl Confiner {
+    /// Whether the filter hands its connects to a supervisor (a listener comes back).
+    pub(super) fn listens(&self) -> bool {
+        self.filter.as_ref().is_some_and(Filter::has_listener)
+    }
+
+    /// In the child: no capability left, none to regain at `exec`, root included —
+    /// securebits locked (`SECBIT_NOROOT`: uid 0 gets none at exec), the bounding set
+    /// emptied, the ambient set cleared, and the effective, permitted and inheritable
+    /// sets emptied. Syscalls only.
+    pub(super) fn drop_privileges(&self) -> bool {
+        // SAFETY (whole body): prctl and capset with integer arguments or our own structs.
+        unsafe {
+            if self.bounding {
+                if libc::prctl(libc::PR_SET_SECUREBITS, self.securebits, 0, 0, 0) != 0 {
+                    return false;
+                }
+                for cap in 0..=self.last_cap {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
+                        if *libc::__errno_location() == libc::EINVAL {
+                            break;
+                        }
+                        return false;
+                    }
+                }
+            }
+            // EINVAL before Linux 4.3, which has no ambient set to clear.
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
+            let mut h = CapHeader {
+                version: CAP_V3,
+                pid: 0,
+            };
+            let d = [CapData::default(); 2];
+            libc::syscall(libc::SYS_capset, &raw mut h, d.as_ptr()) == 0
+        }
+    }
+
+    /// In the child (no_new_privs set): a rule for its own `/proc/<pid>` when reads are
+    /// confined, then into the domain. Syscalls only.
+    pub(super) fn enter_domain(&self) -> bool {
+        let Some(fd) = &self.ruleset else {
+            return true;
+        };
+        let raw = fd.as_raw_fd();
+        if self.proc_self && !allow_own_proc(raw) {
+            return false;
+        }
+        // SAFETY: landlock_restrict_self(int ruleset_fd, u32 flags) on a live fd.
+        unsafe { libc::syscall(libc::SYS_landlock_restrict_self, raw, 0u32) == 0 }
+    }
+
+    /// In the child: the filter (its listener's fd, `-1` for none), or the errno.
+    pub(super) fn install_filter(&self) -> Result<RawFd, libc::c_int> {
+        match &self.filter {
+            None => Ok(-1),
+            Some(f) => seccomp::install(f),
+        }
+    }
 }
 
 /// Filesystem rights are requested up to this (tested) ABI. V5..V8 share the
@@ -116,109 +234,172 @@ impl Sandbox for LandlockSandbox {
             abi: kabi,
             ..Enforced::default()
         };
-        if kabi == 0 {
-            return Prepared::finish(policy, enforced, Hook::None);
-        }
-        let abi = ABI::from(i32::try_from(kabi).unwrap_or(i32::MAX));
-
-        let write_req = AccessFs::from_write(FS_TARGET);
-        let fs_req = if policy.confine_reads {
-            write_req | read_access()
-        } else {
-            write_req
+        let ruleset = match kabi {
+            0 => None,
+            _ => ruleset(policy, kabi, &mut enforced)?,
         };
-        let mut scope_req: BitFlags<Scope> = Scope::Signal.into();
-        if policy.scope_abstract_unix {
-            scope_req |= Scope::AbstractUnixSocket;
-        }
-        let net_req = if policy.net == Net::Open {
-            BitFlags::EMPTY
-        } else {
-            AccessNet::from_all(NET_TARGET)
+        let filter = filter(policy, &mut enforced);
+        let confiner = Confiner {
+            ruleset,
+            filter,
+            proc_self: enforced.reads,
+            bounding: holds_setpcap(),
+            last_cap: last_cap(),
+            securebits: securebits(),
         };
+        Prepared::finish(policy, enforced, Hook::Confine(Arc::new(confiner)))
+    }
 
-        let mut ruleset = Ruleset::default()
-            .set_compatibility(CompatLevel::BestEffort)
-            .handle_access(fs_req)?
-            .scope(scope_req)?;
-        if !net_req.is_empty() {
-            // Denied but for one NetPort rule under `Net::Proxy`.
-            ruleset = ruleset.handle_access(net_req)?;
+    /// What [`Sandbox::prepare`] would give, without building anything: the kernel's ABI,
+    /// the requested sets, and which paths exist.
+    fn assess(&self, policy: &Policy) -> Result<Vec<Shortfall>, SandboxError> {
+        let kabi = Self::kernel_abi();
+        let mut e = Enforced {
+            backend: "landlock",
+            abi: kabi,
+            ..Enforced::default()
+        };
+        if kabi > 0 {
+            let abi = ABI::from(i32::try_from(kabi).unwrap_or(i32::MAX));
+            let (write_req, _, scope_req, net_req) = requested(policy);
+            apply_effective(&mut e, abi, write_req, scope_req, net_req);
+            e.reads = policy.confine_reads && e.files;
+            let reads = policy.read_dirs.iter().filter(|_| policy.confine_reads);
+            let paths = policy
+                .write_dirs
+                .iter()
+                .chain(&policy.write_files)
+                .chain(&policy.devices)
+                .chain(reads);
+            e.skipped = paths.filter(|p| !p.exists()).cloned().collect();
         }
-        let mut created = ruleset.create()?;
-        if let Net::Proxy(addr) = policy.net {
-            // Landlock rules are ports, not addresses: the seccomp supervisor sees to it
-            // that the connection goes to the proxy itself.
-            (&mut created).add_rule(NetPort::new(addr.port(), AccessNet::ConnectTcp))?;
-        }
-        let read = fs_req & read_access();
-        if policy.confine_reads {
-            for fd in system_reads() {
-                (&mut created).add_rule(PathBeneath::new(fd, read))?;
-            }
-            for path in &policy.read_dirs {
-                let Some(fd) = open_path(path, &mut enforced.skipped)? else {
-                    continue;
-                };
-                (&mut created).add_rule(PathBeneath::new(&fd, read))?;
-            }
-        }
+        let _ = filter(policy, &mut e);
+        super::check_enforce(policy, &e)
+    }
+}
 
-        // Directory rules get the full write set. For a non-directory the crate
-        // (best effort) drops the directory-only rights itself after its own
-        // fstat, leaving WriteFile|Truncate|IoctlDev: no extra stat needed here.
-        let dev_access = fs_req
-            & (AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev | AccessFs::ReadFile);
-        let entries = policy
-            .write_dirs
-            .iter()
-            .chain(&policy.write_files)
-            .map(|p| (p, fs_req))
-            .chain(policy.devices.iter().map(|p| (p, dev_access)));
-        for (path, access) in entries {
-            // The default device nodes are opened once per process and reused.
-            if let Some(cached) = cached_default_device(path) {
-                match cached {
-                    Some(fd) => {
-                        (&mut created).add_rule(PathBeneath::new(fd, access))?;
-                    }
-                    None => enforced.skipped.push(path.clone()),
-                };
-                continue;
-            }
+/// The seccomp filter for `policy` on this kernel, and what it enforces, in `enforced`;
+/// with it what every child does anyway (its own session, no privilege, no_new_privs).
+fn filter(policy: &Policy, enforced: &mut Enforced) -> Option<Filter> {
+    let net = match policy.net {
+        Net::Open => None,
+        Net::Deny => Some(seccomp::Net::Deny),
+        Net::Proxy(a) => Some(seccomp::Net::Proxy(a)),
+    };
+    let notify = matches!(net, Some(seccomp::Net::Proxy(_)));
+    let filter = match net {
+        Some(n) if seccomp::available(notify) => {
+            enforced.socket_filter = true;
+            Some(Filter::new(Some(&n)))
+        }
+        // No user notification: the process rules at least.
+        _ if seccomp::available(false) => Some(Filter::new(None)),
+        _ => None,
+    };
+    enforced.process_filter = filter.is_some();
+    enforced.privileges = true;
+    enforced.session = true;
+    enforced.no_new_privs = true;
+    filter
+}
+
+/// The access rights `policy` asks Landlock for: (writes, all file rights, scopes, network).
+fn requested(
+    policy: &Policy,
+) -> (
+    BitFlags<AccessFs>,
+    BitFlags<AccessFs>,
+    BitFlags<Scope>,
+    BitFlags<AccessNet>,
+) {
+    let write_req = AccessFs::from_write(FS_TARGET);
+    let fs_req = if policy.confine_reads {
+        write_req | read_access()
+    } else {
+        write_req
+    };
+    let mut scope_req: BitFlags<Scope> = Scope::Signal.into();
+    if policy.scope_abstract_unix {
+        scope_req |= Scope::AbstractUnixSocket;
+    }
+    let net_req = if policy.net == Net::Open {
+        BitFlags::EMPTY
+    } else {
+        AccessNet::from_all(NET_TARGET)
+    };
+    (write_req, fs_req, scope_req, net_req)
+}
+
+/// The Landlock ruleset of `policy` (`None`: the crate found Landlock unusable), and what
+/// the kernel at `kabi` enforces of it, in `enforced`.
+fn ruleset(
+    policy: &Policy,
+    kabi: u32,
+    enforced: &mut Enforced,
+) -> Result<Option<OwnedFd>, SandboxError> {
+    let abi = ABI::from(i32::try_from(kabi).unwrap_or(i32::MAX));
+    let (write_req, fs_req, scope_req, net_req) = requested(policy);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(fs_req)?
+        .scope(scope_req)?;
+    if !net_req.is_empty() {
+        // Denied but for one NetPort rule under `Net::Proxy`.
+        ruleset = ruleset.handle_access(net_req)?;
+    }
+    let mut created = ruleset.create()?;
+    if let Net::Proxy(addr) = policy.net {
+        // Landlock rules are ports, not addresses: the seccomp supervisor sees to it
+        // that the connection goes to the proxy itself.
+        (&mut created).add_rule(NetPort::new(addr.port(), AccessNet::ConnectTcp))?;
+    }
+    let read = fs_req & read_access();
+    if policy.confine_reads {
+        for fd in system_reads() {
+            (&mut created).add_rule(PathBeneath::new(fd, read))?;
+        }
+        for path in &policy.read_dirs {
             let Some(fd) = open_path(path, &mut enforced.skipped)? else {
                 continue;
             };
-            (&mut created).add_rule(PathBeneath::new(&fd, access))?;
+            (&mut created).add_rule(PathBeneath::new(&fd, read))?;
         }
-
-        let fd: Option<OwnedFd> = created.into();
-        let Some(fd) = fd else {
-            // The crate decided Landlock is unusable: nothing is enforced.
-            return Prepared::finish(policy, enforced, Hook::None);
-        };
-
-        apply_effective(&mut enforced, abi, write_req, scope_req, net_req);
-        enforced.reads = policy.confine_reads && enforced.files;
-        let filter = match policy.net {
-            Net::Open => None,
-            Net::Deny if seccomp_available(false) => Some(Filter::new(&seccomp::Net::Deny)),
-            Net::Proxy(a) if seccomp_available(true) => Some(Filter::new(&seccomp::Net::Proxy(a))),
-            _ => None,
-        };
-        enforced.socket_filter = filter.is_some();
-        let proxy = match policy.net {
-            Net::Proxy(a) => Some(a),
-            _ => None,
-        };
-        let confiner = Confiner {
-            ruleset: fd,
-            filter,
-            proxy,
-            proc_self: enforced.reads,
-        };
-        Prepared::finish(policy, enforced, Hook::Landlock(Arc::new(confiner)))
     }
+
+    // Directory rules get the full write set. For a non-directory the crate (best
+    // effort) drops the directory-only rights itself after its own fstat, leaving
+    // WriteFile|Truncate|IoctlDev: no extra stat needed here.
+    let dev_access = fs_req
+        & (AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev | AccessFs::ReadFile);
+    let entries = policy
+        .write_dirs
+        .iter()
+        .chain(&policy.write_files)
+        .map(|p| (p, fs_req))
+        .chain(policy.devices.iter().map(|p| (p, dev_access)));
+    for (path, access) in entries {
+        // The default device nodes are opened once per process and reused.
+        if let Some(cached) = cached_default_device(path) {
+            match cached {
+                Some(fd) => {
+                    (&mut created).add_rule(PathBeneath::new(fd, access))?;
+                }
+                None => enforced.skipped.push(path.clone()),
+            };
+            continue;
+        }
+        let Some(fd) = open_path(path, &mut enforced.skipped)? else {
+            continue;
+        };
+        (&mut created).add_rule(PathBeneath::new(&fd, access))?;
+    }
+
+    let fd: Option<OwnedFd> = created.into();
+    if fd.is_some() {
+        apply_effective(enforced, abi, write_req, scope_req, net_req);
+        enforced.reads = policy.confine_reads && enforced.files;
+    }
+    Ok(fd)
 }
 
 /// Fill in what the kernel at `abi` enforces of the requested sets, using the
@@ -247,10 +428,24 @@ fn apply_effective(
     e.no_new_privs = e.files || e.signals || e.network_tcp;
 }
 
+/// Entries of `/proc` no confined process reads: the user's keys, other processes' SysV
+/// objects, the kernel's memory and log.
+const PROC_WITHHELD: &[&str] = &[
+    "keys",
+    "key-users",
+    "sysvipc",
+    "kcore",
+    "kmsg",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+];
+
 /// `O_PATH` fds of [`SYSTEM_READS`] and of every entry of `/proc` that is no process
-/// (`cpuinfo`, `meminfo`, `sys`, …: what runtimes read), opened on first use and kept.
-/// No rule covers `/proc` itself, a `/proc/<pid>` or the `self` links: a confined
-/// process reads no process's `environ`, `cmdline` or memory, its own included.
+/// (`cpuinfo`, `meminfo`, `sys`, …: what runtimes read) but [`PROC_WITHHELD`], opened on
+/// first use and kept. No rule covers `/proc` itself, a `/proc/<pid>` or the `self`
+/// links: a confined process reads no process's `environ`, `cmdline` or memory, its own
+/// included (but for the rule each child adds for its own `/proc/<pid>`).
 fn system_reads() -> &'static [PathFd] {
     static CACHE: OnceLock<Vec<PathFd>> = OnceLock::new();
     CACHE.get_or_init(|| {
@@ -263,7 +458,10 @@ fn system_reads() -> &'static [PathFd] {
                 let name = e.file_name();
                 let name = name.to_string_lossy();
                 let is_link = e.file_type().is_ok_and(|t| t.is_symlink());
-                if is_link || name.bytes().all(|b| b.is_ascii_digit()) {
+                if is_link
+                    || name.bytes().all(|b| b.is_ascii_digit())
+                    || PROC_WITHHELD.contains(&name.as_ref())
+                {
                     continue;
                 }
                 if let Ok(fd) = PathFd::new(e.path()) {
@@ -308,76 +506,6 @@ fn open_path(path: &Path, skipped: &mut Vec<PathBuf>) -> Result<Option<PathFd>, 
     }
 }
 
-/// Enter the Landlock domain on the calling thread. Async-signal-safe: two
-/// raw syscalls, no allocation (`io::Error::last_os_error` is a plain errno).
-fn restrict_current_thread(ruleset_fd: RawFd) -> io::Result<()> {
-    let one: libc::c_ulong = 1;
-    let zero: libc::c_ulong = 0;
-    // SAFETY: plain prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: landlock_restrict_self(int ruleset_fd, u32 flags); the fd is
-    // kept open by the caller for the duration of the call.
-    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset_fd, 0u32) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-pub(crate) fn spawn_via_thread(
-    cmd: &mut Command,
-    c: &Arc<Confiner>,
-) -> io::Result<(Child, Option<Supervisor>)> {
-    let raw = c.ruleset.as_raw_fd();
-    let filter = c.filter.as_ref();
-    let proc_self = c.proc_self;
-    let (child, listener) = std::thread::scope(|s| {
-        s.spawn(move || {
-            if proc_self {
-                // Landlock is entered by the child itself, once it has added a rule for
-                // its own `/proc/<pid>`; the thread only sets no_new_privs (seccomp's
-                // precondition) and installs the filter, which the child inherits.
-                no_new_privs()?;
-                use std::os::unix::process::CommandExt;
-                // SAFETY: the hook only makes raw syscalls on an fd the parent keeps
-                // open for the spawn (async-signal-safe, no allocation).
-                unsafe {
-                    cmd.pre_exec(move || {
-                        allow_own_proc(raw)?;
-                        restrict_current_thread(raw)
-                    });
-                }
-            } else {
-                restrict_current_thread(raw)?;
-            }
-            let listener = match filter {
-                Some(f) => seccomp::install(f)?,
-                None => None,
-            };
-            Ok::<_, io::Error>((cmd.spawn()?, listener))
-        })
-        .join()
-        .unwrap_or_else(|_| Err(io::Error::other("sandbox spawn thread panicked")))
-    })?;
-    let supervisor = match (listener, c.proxy) {
-        (Some(l), Some(proxy)) => Some(Supervisor::start(l, proxy)?),
-        _ => None,
-    };
-    Ok((child, supervisor))
-}
-
-/// `PR_SET_NO_NEW_PRIVS` on the calling thread.
-fn no_new_privs() -> io::Result<()> {
-    let one: libc::c_ulong = 1;
-    let zero: libc::c_ulong = 0;
-    // SAFETY: plain prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// `struct landlock_path_beneath_attr` (packed, as the kernel declares it).
 #[repr(C, packed)]
 struct PathBeneathAttr {
@@ -385,11 +513,11 @@ struct PathBeneathAttr {
     parent_fd: i32,
 }
 
-/// In a forked child before exec: a read rule for its own `/proc/<pid>` in the ruleset.
+/// In the child before exec: a read rule for its own `/proc/<pid>` in the ruleset.
 /// Async-signal-safe: open, one syscall, close. The rule is added to the shared ruleset
-/// object; it names this process's directory only (a later process with the same pid
-/// has another), so rules left by earlier children grant nothing.
-fn allow_own_proc(ruleset_fd: RawFd) -> io::Result<()> {
+/// object; it names this process's directory only (a later process with the same pid has
+/// another), so rules left by earlier children grant nothing.
+fn allow_own_proc(ruleset_fd: RawFd) -> bool {
     const READ_FILE: u64 = 1 << 2;
     const READ_DIR: u64 = 1 << 3;
     const RULE_PATH_BENEATH: libc::c_int = 1;
@@ -401,7 +529,7 @@ fn allow_own_proc(ruleset_fd: RawFd) -> io::Result<()> {
         )
     };
     if fd < 0 {
-        return Err(io::Error::last_os_error());
+        return false;
     }
     let attr = PathBeneathAttr {
         allowed_access: READ_FILE | READ_DIR,
@@ -417,13 +545,9 @@ fn allow_own_proc(ruleset_fd: RawFd) -> io::Result<()> {
             0u32,
         )
     };
-    let err = io::Error::last_os_error();
-    // SAFETY: our own fd, closed once.
+    // SAFETY: our own fd, closed once (after the call: errno of a failure stays).
     unsafe { libc::close(fd) };
-    if r != 0 {
-        return Err(err);
-    }
-    Ok(())
+    r == 0
 }
 
 #[cfg(test)]
@@ -465,9 +589,11 @@ mod tests {
         assert_eq!(row(9), row(6));
         assert_eq!(row(10), (true, true, true, true, true, true, true));
         assert_eq!(row(42), row(10));
-        // And the shortfalls loopflow would WARN about on an ABI 3 kernel:
+        // And the shortfalls loopflow would WARN about on an ABI 3 kernel (with seccomp
+        // errno but no user notification):
         let mut e = Enforced {
             abi: 3,
+            process_filter: true,
             ..Enforced::default()
         };
         apply_effective(

@@ -1,31 +1,34 @@
 //! Kernel sandboxing for the processes nodes spawn (DESIGN §12).
 //!
-//! The model: loopflow builds a [`Policy`] per spawn (or per tick), asks a
-//! [`Sandbox`] backend to [`prepare`](Sandbox::prepare) it — all the
-//! expensive, allocating, fallible work happens here, in the parent — and gets
-//! a [`Prepared`] back. `Prepared` says exactly what the kernel will enforce
-//! ([`Enforced`], [`Prepared::shortfalls`]) and turns into sandboxed
-//! [`std::process::Command`]s ([`Prepared::spawn_via_thread`]).
+//! The model: loopflow builds a [`Policy`] per tick, asks a [`Sandbox`] backend to
+//! [`prepare`](Sandbox::prepare) it — all the expensive, allocating, fallible work happens
+//! here, in the parent, once — and gets a [`Prepared`] back. `Prepared` says exactly what
+//! the kernel will enforce ([`Enforced`], [`Prepared::shortfalls`]) and starts confined
+//! processes ([`Prepared::launch`]): each child confines itself before `exec`
+//! ([`launch`]).
 //!
 //! Backends:
-//! * [`LandlockSandbox`] (Linux): Landlock read and write confinement, signal
-//!   and abstract-unix-socket scoping, TCP only to the tick's proxy (or none), and
-//!   a seccomp filter for the sockets Landlock does not cover ([`seccomp`]).
-//!   Execution stays open wherever reading is.
+//! * [`LandlockSandbox`] (Linux): a session of its own for every child, no capability,
+//!   Landlock read and write confinement, signal and abstract-unix-socket scoping, TCP only
+//!   to the tick's proxy (or none), and a seccomp filter for what Landlock does not cover
+//!   ([`seccomp`]: other processes, shared kernel objects, privilege, the terminal, the
+//!   sockets). Execution stays open wherever reading is.
 //! * [`NoSandbox`]: enforces nothing and says so (other OSes, or opt-out).
 //!   A macOS Seatbelt backend would slot in next to these: its `Prepared` would
-//!   spawn `sandbox-exec -p <profile> -- program` instead of restricting a thread.
+//!   spawn `sandbox-exec -p <profile> -- program`.
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
-use std::process::{Child, Command};
 use std::sync::Arc;
 
+#[cfg(target_os = "linux")]
+pub mod launch;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::LandlockSandbox;
+pub mod net;
 pub mod proxy;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
@@ -42,22 +45,25 @@ pub enum Net {
     Proxy(std::net::SocketAddr),
 }
 
-/// Devices a sandboxed process may open for writing (and `ioctl`) by default.
-///
-/// `/dev/pts` is a directory rule (any pty slave), the others are file rules.
+/// The devices a sandboxed process may open (read, write, `ioctl`) by default: the only
+/// part of `/dev` it reaches. Not `/dev/pts` (other terminals: the user's shell), not
+/// `/dev/shm` or `/dev/mqueue` (what other processes share). `/dev/tty` answers `ENXIO`
+/// (no controlling terminal); `/dev/ptmx` makes a new pty nobody else reads.
 /// Paths that do not exist on the host are skipped like any other path.
 pub const DEFAULT_DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
     "/dev/tty",
     "/dev/ptmx",
-    "/dev/pts",
 ];
 
 /// What every confined process may read of the system (with `confine_reads`): the
-/// programs, libraries, configuration and devices; `/run/systemd/resolve` because
-/// `/etc/resolv.conf` links there. Plus the non-process entries of `/proc` (Linux).
+/// programs, libraries and configuration; `/run/systemd/resolve` because
+/// `/etc/resolv.conf` links there. Plus the non-process entries of `/proc` (Linux) but the
+/// user's keys, and [`DEFAULT_DEVICES`] of `/dev`.
 pub const SYSTEM_READS: &[&str] = &[
     "/usr",
     "/lib",
@@ -69,7 +75,6 @@ pub const SYSTEM_READS: &[&str] = &[
     "/etc",
     "/opt",
     "/sys",
-    "/dev",
     "/nix/store",
     "/snap",
     "/run/systemd/resolve",
@@ -203,6 +208,13 @@ pub struct Enforced {
     pub socket_filter: bool,
     /// `PR_SET_NO_NEW_PRIVS` is set in the child (setuid bits are ignored).
     pub no_new_privs: bool,
+    /// The seccomp filter's process rules are installed: no reaching other processes by
+    /// other means than signals, no shared kernel objects, no `TIOCSTI`, no namespaces.
+    pub process_filter: bool,
+    /// Every capability is dropped in the child, root included, none to regain at exec.
+    pub privileges: bool,
+    /// The child runs in a session of its own, without a controlling terminal.
+    pub session: bool,
     /// Policy paths that did not exist at prepare time and got no rule.
     pub skipped: Vec<PathBuf>,
 }
@@ -222,6 +234,9 @@ impl fmt::Display for Enforced {
             ("net-udp", self.network_udp),
             ("socket-filter", self.socket_filter),
             ("no-new-privs", self.no_new_privs),
+            ("process-filter", self.process_filter),
+            ("no-privileges", self.privileges),
+            ("own-session", self.session),
         ];
         for (name, on) in flags {
             if on {
@@ -245,6 +260,9 @@ pub enum Shortfall {
     /// No seccomp user notification on this kernel: UDP, raw and unix sockets,
     /// and TCP to any address on the proxy's port, stay possible.
     SocketFilter,
+    /// No seccomp filter at all: other processes stay reachable through `prlimit`,
+    /// `setpriority` and the like, and the user's keyring and SysV IPC through theirs.
+    ProcessFilter,
     /// Truncation outside the allowed paths is not blocked (ABI < 3).
     Truncate,
     /// Cross-directory renames are always denied (ABI < 2); functional, not a hole.
@@ -275,6 +293,7 @@ impl Shortfall {
                 | Shortfall::Signals
                 | Shortfall::NetworkTcp
                 | Shortfall::SocketFilter
+                | Shortfall::ProcessFilter
         )
     }
 }
@@ -286,6 +305,9 @@ impl fmt::Display for Shortfall {
             Shortfall::Reads => f.write_str("reads are not confined (no Landlock)"),
             Shortfall::SocketFilter => f.write_str(
                 "no seccomp socket filter (UDP, raw and unix sockets stay open; needs seccomp user notification, Linux >= 5.6)",
+            ),
+            Shortfall::ProcessFilter => f.write_str(
+                "no seccomp filter (other processes reachable through prlimit, setpriority and the like; the keyring and SysV IPC shared)",
             ),
             Shortfall::Truncate => {
                 f.write_str("truncate outside allowed paths is not blocked (Landlock ABI < 3)")
@@ -325,6 +347,8 @@ pub enum SandboxError {
     Path { path: PathBuf, source: io::Error },
     #[error("sandbox mode is enforce but: {}", shortfall_list(missing))]
     NotEnforced { missing: Vec<Shortfall> },
+    #[error("the network proxy: {0}")]
+    Proxy(io::Error),
 }
 
 /// A sandbox backend. Object safe, so loopflow can hold a `Box<dyn Sandbox>`
@@ -333,14 +357,27 @@ pub trait Sandbox: Send + Sync {
     /// Build everything needed to sandbox processes under `policy`. Fails in
     /// [`Mode::Enforce`] if a required guarantee is missing.
     fn prepare(&self, policy: &Policy) -> Result<Prepared, SandboxError>;
+
+    /// What [`Sandbox::prepare`] would leave out ([`Prepared::shortfalls`]), or its
+    /// [`SandboxError::NotEnforced`], without building what it would build (the verdict a
+    /// tick says once before its agents run).
+    fn assess(&self, policy: &Policy) -> Result<Vec<Shortfall>, SandboxError> {
+        self.prepare(policy).map(|p| p.shortfalls().to_vec())
+    }
 }
 
 /// What this machine's kernel can confine, in one line for `status` and `check --explain`.
 pub fn kernel_summary() -> String {
     #[cfg(target_os = "linux")]
     {
+        let filter = match seccomp::available(false) {
+            true => "; a seccomp filter keeps them from other processes and shared kernel objects",
+            false => "; no seccomp: other processes stay reachable",
+        };
         match LandlockSandbox::kernel_abi() {
-            0 => "this kernel has no Landlock: agents run unconfined (mode \"auto\" warns each tick, \"enforce\" runs none)".into(),
+            0 => format!(
+                "this kernel has no Landlock: agents' files, network and signals are unconfined (mode \"auto\" warns each tick, \"enforce\" runs none){filter}"
+            ),
             abi => {
                 let mut what = vec!["reads", "writes"];
                 if abi >= 4 {
@@ -349,7 +386,7 @@ pub fn kernel_summary() -> String {
                 if abi >= 6 {
                     what.push("signals");
                 }
-                format!("Landlock ABI {abi} confines {}", what.join(", "))
+                format!("Landlock ABI {abi} confines {}{filter}", what.join(", "))
             }
         }
     }
@@ -388,35 +425,27 @@ impl Sandbox for NoSandbox {
     }
 }
 
-/// What decides a confined process tree's `connect` calls (nothing on other OSes).
-#[cfg(target_os = "linux")]
-pub type Supervisor = seccomp::Supervisor;
-#[cfg(not(target_os = "linux"))]
-pub struct Supervisor;
-#[cfg(not(target_os = "linux"))]
-impl Supervisor {
-    pub fn take_refused(&self) -> Vec<String> {
-        Vec::new()
-    }
-}
-
 /// How the child gets confined.
 #[derive(Clone, Debug)]
 pub(crate) enum Hook {
+    #[cfg(any(not(target_os = "linux"), test))]
     None,
-    /// Landlock ruleset fd (`O_CLOEXEC`) and the socket filter, shared by every
-    /// command built from this `Prepared`. Each spawn gets its own Landlock domain.
+    /// What each child does to itself before `exec` (the Landlock ruleset fd, the seccomp
+    /// filter, the privileges to drop), shared by every spawn of the tick. Each spawn gets
+    /// its own Landlock domain.
     #[cfg(target_os = "linux")]
-    Landlock(Arc<linux::Confiner>),
+    Confine(Arc<linux::Confiner>),
 }
 
-/// A prepared sandbox: cheap to clone, reusable for any number of spawns
-/// (each spawn restricts itself with the same ruleset fd).
+/// A prepared sandbox: cheap to clone, reusable for any number of spawns (each child
+/// confines itself with the same ruleset and filter); [`Prepared::with_client`] gives one
+/// spawn its network.
 #[derive(Clone, Debug)]
 pub struct Prepared {
     enforced: Arc<Enforced>,
     shortfalls: Arc<Vec<Shortfall>>,
     hook: Hook,
+    net: Option<Arc<net::Client>>,
 }
 
 impl Prepared {
@@ -425,21 +454,12 @@ impl Prepared {
         enforced: Enforced,
         hook: Hook,
     ) -> Result<Prepared, SandboxError> {
-        let shortfalls = compute_shortfalls(policy, &enforced);
-        if policy.mode == Mode::Enforce {
-            let missing: Vec<Shortfall> = shortfalls
-                .iter()
-                .filter(|s| s.is_required())
-                .cloned()
-                .collect();
-            if !missing.is_empty() {
-                return Err(SandboxError::NotEnforced { missing });
-            }
-        }
+        let shortfalls = check_enforce(policy, &enforced)?;
         Ok(Prepared {
             enforced: Arc::new(enforced),
             shortfalls: Arc::new(shortfalls),
             hook,
+            net: None,
         })
     }
 
@@ -453,25 +473,62 @@ impl Prepared {
         &self.shortfalls
     }
 
-    /// Spawns `cmd` sandboxed, keeping std's posix_spawn fast path (no fork,
-    /// no `pre_exec` hook): a short-lived thread restricts *itself* (Landlock
-    /// and no_new_privs are per-thread), spawns `cmd` and exits. The calling
-    /// thread and the rest of the process are unaffected. One Landlock domain
-    /// per spawn.
-    ///
-    /// Note: std sets up `Stdio::null()` in the spawning thread, i.e. inside
-    /// the sandbox: it needs `/dev/null` in [`Policy::devices`] (default).
-    ///
-    /// Under [`Net::Proxy`] the child's `connect` calls are decided by the returned
-    /// [`Supervisor`]: keep it while the child (and what it started) may run, and
-    /// read what it refused from it.
-    pub fn spawn_via_thread(&self, cmd: &mut Command) -> io::Result<(Child, Option<Supervisor>)> {
-        match &self.hook {
-            Hook::None => Ok((cmd.spawn()?, None)),
-            #[cfg(target_os = "linux")]
-            Hook::Landlock(h) => linux::spawn_via_thread(cmd, h),
+    /// This sandbox for one spawn whose connections are `client`'s (its hosts, its
+    /// refusals).
+    pub fn with_client(&self, client: net::Client) -> Prepared {
+        Prepared {
+            net: Some(Arc::new(client)),
+            ..self.clone()
         }
     }
+
+    /// Starts `program` confined, `stdio` as its fds 0–2 (see [`launch::launch`]); under
+    /// a proxy, its connects go to this spawn's client from now on.
+    #[cfg(target_os = "linux")]
+    pub fn launch(
+        &self,
+        program: &launch::Program,
+        stdio: [std::os::fd::RawFd; 3],
+    ) -> io::Result<launch::Child> {
+        let confine = match &self.hook {
+            #[cfg(test)]
+            Hook::None => None,
+            Hook::Confine(c) => Some(&**c),
+        };
+        let (child, listener) = launch::launch(program, stdio, confine)?;
+        match (listener, &self.net) {
+            (Some(l), Some(client)) => client.watch(l),
+            // No client, no supervisor: its connects fail (ENOSYS) once this closes.
+            (Some(l), None) => drop(l),
+            (None, _) => {}
+        }
+        Ok(child)
+    }
+
+    /// The connections refused to this spawn so far (`host:port`), each once; drains.
+    pub fn take_refused(&self) -> Vec<String> {
+        self.net
+            .as_ref()
+            .map(|c| c.take_refused())
+            .unwrap_or_default()
+    }
+}
+
+/// What `policy` asked for and `e` does not give; under [`Mode::Enforce`] an error when
+/// a required part is missing.
+pub(crate) fn check_enforce(policy: &Policy, e: &Enforced) -> Result<Vec<Shortfall>, SandboxError> {
+    let shortfalls = compute_shortfalls(policy, e);
+    if policy.mode == Mode::Enforce {
+        let missing: Vec<Shortfall> = shortfalls
+            .iter()
+            .filter(|s| s.is_required())
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            return Err(SandboxError::NotEnforced { missing });
+        }
+    }
+    Ok(shortfalls)
 }
 
 pub(crate) fn compute_shortfalls(policy: &Policy, e: &Enforced) -> Vec<Shortfall> {
@@ -494,6 +551,9 @@ pub(crate) fn compute_shortfalls(policy: &Policy, e: &Enforced) -> Vec<Shortfall
     }
     if !e.signals {
         v.push(Shortfall::Signals);
+    }
+    if !e.process_filter {
+        v.push(Shortfall::ProcessFilter);
     }
     if policy.scope_abstract_unix && !e.abstract_unix {
         v.push(Shortfall::AbstractUnix);

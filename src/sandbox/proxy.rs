@@ -4,6 +4,13 @@
 //! proxy is the only way out. It therefore decides on exactly the host the client names,
 //! forwards at most one request per client connection (nothing can ride past the check inside
 //! a pipelined or mis-framed request), and cuts every connection when the owning loop drops it.
+//!
+//! One proxy serves a whole tick. Each spawn is a *client* with its own allowed hosts: the
+//! seccomp supervisor, which makes every confined connect itself, tells the proxy which
+//! client a connection's source port belongs to before the connect returns
+//! ([`Proxy::attribute`]), so a request is judged (and a refusal reported) for the spawn
+//! that made it. A client that ended ([`Proxy::forget`]) loses its open connections and
+//! reaches nothing more.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
@@ -24,6 +31,8 @@ const ACCEPT_POLL: Duration = Duration::from_millis(20);
 const MAX_LINE: usize = 8 * 1024;
 const MAX_HEADERS: usize = 100;
 const MAX_BLOCK: usize = 64 * 1024;
+/// Distinct refused targets kept per client, so a hostile agent cannot grow the proxy.
+const MAX_REFUSED: usize = 4096;
 /// Hop-by-hop headers (RFC 9110 §7.6.1 plus legacy ones) that must not reach the origin.
 const HOP_BY_HOP: &str = "connection proxy-connection keep-alive proxy-authorization \
                           proxy-authenticate te trailer transfer-encoding upgrade";
@@ -173,15 +182,32 @@ fn parse_target(s: &str, default_port: Option<u16>) -> Option<Target> {
     Some((clean_host(h, bracketed)?, port))
 }
 
+/// Which client a connection is: a spawn's tag, or [`UNATTRIBUTED`].
+pub type Tag = u64;
+
+/// The tag of a connection no supervisor told the proxy about.
+pub const UNATTRIBUTED: Tag = 0;
+
+/// (every target ever refused, those not yet taken): each is reported once.
+type Refused = (HashSet<Target>, Vec<Target>);
+
 #[derive(Default)]
 struct Shared {
-    allow: Allow,
     stop: AtomicBool,
     next_id: AtomicU64,
-    /// Clones of every live socket, so `Drop` can cut connections other threads are blocked on.
-    live: Mutex<HashMap<u64, TcpStream>>,
-    /// (every target ever refused, those not yet taken): each is reported once per proxy.
-    refused: Mutex<(HashSet<Target>, Vec<Target>)>,
+    /// Whether connections are attributed (a supervisor makes every confined connect): an
+    /// unattributed one then comes from outside the sandbox and is refused. Without it,
+    /// an unattributed connection may reach what any live client may.
+    attributed: AtomicBool,
+    /// The live clients and what each may reach.
+    clients: Mutex<HashMap<Tag, Arc<Allow>>>,
+    /// Source ports of connections the supervisor made, and their client.
+    peers: Mutex<HashMap<u16, Tag>>,
+    /// Clones of every live socket and its client, so `Drop` and `forget` can cut
+    /// connections other threads are blocked on.
+    live: Mutex<HashMap<u64, (TcpStream, Tag)>>,
+    /// Per client: every target ever refused, and those not yet taken.
+    refused: Mutex<HashMap<Tag, Refused>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -197,17 +223,14 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Binds 127.0.0.1:0 and serves on background threads.
-    pub fn start(allow: Allow) -> io::Result<Proxy> {
+    /// Binds 127.0.0.1:0 and serves on background threads; no client yet.
+    pub fn start() -> io::Result<Proxy> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         // Nonblocking so the accept thread can notice `stop`; a blocking accept could only be
         // woken by connecting to ourselves, which can fail and would leave the port open.
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared {
-            allow,
-            ..Shared::default()
-        });
+        let shared = Arc::new(Shared::default());
         let s = Arc::clone(&shared);
         let acceptor = thread::Builder::new()
             .name("loopflow-proxy".into())
@@ -224,10 +247,41 @@ impl Proxy {
         self.addr
     }
 
-    /// Refused (host, port) pairs so far, each once, in order of first refusal; drains them.
-    /// A target already reported is not reported again by this proxy.
-    pub fn take_refused(&self) -> Vec<(String, u16)> {
-        std::mem::take(&mut lock(&self.shared.refused).1)
+    /// Whether every confined connection is attributed by a supervisor (see [`Shared`]).
+    pub fn set_attributed(&self, yes: bool) {
+        self.shared.attributed.store(yes, Ordering::SeqCst);
+    }
+
+    /// Client `tag` may reach what `allow` permits, from now on.
+    pub fn client(&self, tag: Tag, allow: Allow) {
+        lock(&self.shared.clients).insert(tag, Arc::new(allow));
+    }
+
+    /// The connection from local port `port` is client `tag`'s.
+    pub fn attribute(&self, port: u16, tag: Tag) {
+        lock(&self.shared.peers).insert(port, tag);
+    }
+
+    /// Client `tag` ended: its open connections are cut, and a connection attributed to it
+    /// later (a process it left behind) reaches nothing.
+    pub fn forget(&self, tag: Tag) {
+        lock(&self.shared.clients).remove(&tag);
+        lock(&self.shared.refused).remove(&tag);
+        lock(&self.shared.peers).retain(|_, t| *t != tag);
+        for (s, t) in lock(&self.shared.live).values() {
+            if *t == tag {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    /// Refused (host, port) pairs of client `tag` so far, each once, in order of first
+    /// refusal; drains them. A target already reported is not reported again.
+    pub fn take_refused(&self, tag: Tag) -> Vec<(String, u16)> {
+        lock(&self.shared.refused)
+            .get_mut(&tag)
+            .map(|r| std::mem::take(&mut r.1))
+            .unwrap_or_default()
     }
 }
 
@@ -240,8 +294,28 @@ impl Drop for Proxy {
             let _ = t.join();
         }
         // Registration checks `stop` under this lock, so no socket can slip in after this.
-        for s in lock(&self.shared.live).values() {
+        for (s, _) in lock(&self.shared.live).values() {
             let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Which client a connection from `peer` is, and what it may reach.
+fn judge(shared: &Shared, peer: SocketAddr) -> (Tag, Arc<Allow>) {
+    let tag = lock(&shared.peers).remove(&peer.port());
+    let clients = lock(&shared.clients);
+    match tag {
+        // A client that ended reaches nothing.
+        Some(t) => (t, clients.get(&t).cloned().unwrap_or_default()),
+        None if shared.attributed.load(Ordering::SeqCst) => (UNATTRIBUTED, Arc::default()),
+        None => {
+            let rules = clients.values().flat_map(|a| a.rules.iter().cloned());
+            (
+                UNATTRIBUTED,
+                Arc::new(Allow {
+                    rules: rules.collect(),
+                }),
+            )
         }
     }
 }
@@ -249,11 +323,12 @@ impl Drop for Proxy {
 fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     while !shared.stop.load(Ordering::SeqCst) {
         match listener.accept() {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 let s = Arc::clone(shared);
+                let (tag, allow) = judge(shared, peer);
                 // If no thread can be had, the stream is dropped: the client sees a close.
                 let conn = thread::Builder::new().name("loopflow-proxy-conn".into());
-                let _ = conn.spawn(move || serve(stream, &s));
+                let _ = conn.spawn(move || serve(stream, &s, &Client { tag, allow }));
             }
             // WouldBlock, or e.g. EMFILE: back off instead of spinning.
             Err(_) => thread::park_timeout(ACCEPT_POLL),
@@ -261,8 +336,15 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-/// The sockets one connection handler owns, unregistered when the handler returns.
-struct Registered<'a>(&'a Shared, Vec<u64>);
+/// The client a connection belongs to, and what it may reach.
+struct Client {
+    tag: Tag,
+    allow: Arc<Allow>,
+}
+
+/// The sockets one connection handler owns (and their client), unregistered when the
+/// handler returns.
+struct Registered<'a>(&'a Shared, Vec<u64>, Tag);
 
 impl Registered<'_> {
     /// Tracks `s` so dropping the proxy can cut it; fails (and cuts it) once stopping.
@@ -274,7 +356,7 @@ impl Registered<'_> {
             return Err(io::Error::other("proxy stopped"));
         }
         let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
-        live.insert(id, clone);
+        live.insert(id, (clone, self.2));
         self.1.push(id);
         Ok(())
     }
@@ -303,11 +385,11 @@ fn bad(why: &str) -> Fail {
     Fail::Reply("400 Bad Request", format!("loopflow: bad request: {why}\n"))
 }
 
-fn serve(client: TcpStream, shared: &Shared) {
-    let mut reg = Registered(shared, Vec::new());
+fn serve(client: TcpStream, shared: &Shared, who: &Client) {
+    let mut reg = Registered(shared, Vec::new(), who.tag);
     if reg.add(&client).is_ok()
         && client.set_nonblocking(false).is_ok()
-        && let Err(Fail::Reply(status, body)) = handle(&client, shared, &mut reg)
+        && let Err(Fail::Reply(status, body)) = handle(&client, shared, who, &mut reg)
     {
         let head = format!("HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n");
         let msg = format!(
@@ -432,7 +514,12 @@ fn parse_head(head: &[u8]) -> Result<Head<'_>, Fail> {
     })
 }
 
-fn handle(client: &TcpStream, shared: &Shared, reg: &mut Registered) -> Result<(), Fail> {
+fn handle(
+    client: &TcpStream,
+    shared: &Shared,
+    who: &Client,
+    reg: &mut Registered,
+) -> Result<(), Fail> {
     let (raw, leftover) = read_head(client)?;
     let head = parse_head(&raw)?;
     let cls: Vec<&[u8]> = head.values("content-length").collect();
@@ -453,7 +540,7 @@ fn handle(client: &TcpStream, shared: &Shared, reg: &mut Registered) -> Result<(
     if head.method == "CONNECT" {
         let target = parse_target(head.target, None);
         let (host, port) = target.ok_or_else(|| bad("CONNECT needs host:port"))?;
-        let upstream = open(shared, reg, &host, port)?;
+        let upstream = open(shared, who, reg, &host, port)?;
         client.set_read_timeout(None)?;
         (&*client).write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")?;
         (&upstream).write_all(&leftover)?;
@@ -477,7 +564,7 @@ fn handle(client: &TcpStream, shared: &Shared, reg: &mut Registered) -> Result<(
             return Err(bad("Host header does not match the URL"));
         }
     }
-    let upstream = open(shared, reg, &host, port)?;
+    let upstream = open(shared, who, reg, &host, port)?;
     let slash = if path.starts_with('/') { "" } else { "/" };
     let mut out = format!("{} {slash}{path} {}\r\n", head.method, head.version).into_bytes();
     if hosts.is_empty() {
@@ -507,14 +594,21 @@ fn handle(client: &TcpStream, shared: &Shared, reg: &mut Registered) -> Result<(
 }
 
 /// Checks the allowlist, then resolves and connects (in resolver order) to an allowed target.
-fn open(shared: &Shared, reg: &mut Registered, host: &str, port: u16) -> Result<TcpStream, Fail> {
+fn open(
+    shared: &Shared,
+    who: &Client,
+    reg: &mut Registered,
+    host: &str,
+    port: u16,
+) -> Result<TcpStream, Fail> {
     let shown = match host.parse::<Ipv6Addr>() {
         Ok(ip) => SocketAddr::from((ip, port)).to_string(),
         Err(_) => format!("{host}:{port}"),
     };
-    if !shared.allow.permits(host, port) {
-        let mut refused = lock(&shared.refused);
-        if refused.0.insert((host.to_string(), port)) {
+    if !who.allow.permits(host, port) {
+        let mut all = lock(&shared.refused);
+        let refused = all.entry(who.tag).or_default();
+        if refused.0.len() < MAX_REFUSED && refused.0.insert((host.to_string(), port)) {
             refused.1.push((host.to_string(), port));
         }
         let msg = format!("loopflow: network refused: {shown} (not in the loop's hosts)\n");

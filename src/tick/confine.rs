@@ -4,14 +4,22 @@
 //! devices, the paths in `[sandbox] write` and the agent's own state directories. Nothing
 //! else — not the loop's state, log, lock or config, not the repository's `.git`. Reads:
 //! the system, what they may write, the repository's common `.git`, the loop's
-//! `outputs/` (prompts), the toolchains, the preset's and the loop's `read` — nothing
-//! else of the home directory, the main checkout or other processes. Network: TCP to the
-//! spawn's proxy (`hosts`), none (`deny`) or any (`open`).
+//! `outputs/` (prompts), the toolchains' own parts, the preset's and the loop's `read` —
+//! nothing else of the home directory, the main checkout or other processes. Network:
+//! TCP to the tick's proxy (`hosts`), none (`deny`) or any (`open`). One ruleset, one
+//! proxy and one supervisor serve the whole tick.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use crate::config::{LoopConfig, Network, SandboxMode};
+use crate::sandbox::net::TickNet;
+use crate::sandbox::proxy::Allow;
 use crate::sandbox::{Mode, Net, Policy, Prepared, Sandbox, SandboxError, Shortfall};
+
+/// How many prepared sandboxes a tick keeps (one per distinct set of extra paths: an
+/// agent's state directories and install prefix).
+const KEPT: usize = 4;
 
 /// The sandbox of one tick: the backend, the policy every spawn starts from, and what
 /// the kernel gives for it.
@@ -21,11 +29,13 @@ pub struct Confinement {
     /// The project and its `.loopflow`, resolved: no agent state directory may be or hold
     /// the one, or lie inside the other.
     own: Option<(PathBuf, PathBuf)>,
-    /// The last policy prepared (the extra paths it added, what the kernel got for it,
-    /// and the identity of every path it names), reused while those paths are the same
-    /// files: building a ruleset opens and adds a rule for each path (~40 syscalls), and
-    /// a tick prepared one for the verdict, the audit command and every agent.
-    last: std::sync::Mutex<Option<Reused>>,
+    /// `[sandbox] hosts`: what every spawn may reach through the proxy.
+    hosts: Vec<String>,
+    /// The tick's proxy and supervisor, started for its first spawn that needs them.
+    net: Mutex<Option<Arc<TickNet>>>,
+    /// The sandboxes prepared so far (the extra paths each added), reused for a spawn
+    /// with the same: the ruleset is built once per tick, not once per spawn.
+    kept: Mutex<Vec<Reused>>,
 }
 
 struct Reused {
@@ -33,31 +43,6 @@ struct Reused {
     read: Vec<PathBuf>,
     net: Net,
     prepared: Prepared,
-    ids: Vec<Option<(u64, u64)>>,
-}
-
-/// (device, inode) of each path a policy's rules are bound to: a rule holds the file it
-/// was made for, so a path deleted and made again since needs a new ruleset.
-fn identities(p: &Policy) -> Vec<Option<(u64, u64)>> {
-    p.write_dirs
-        .iter()
-        .chain(&p.write_files)
-        .chain(&p.devices)
-        .chain(&p.read_dirs)
-        .map(|f| {
-            let m = std::fs::metadata(f).ok()?;
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::MetadataExt;
-                Some((m.dev(), m.ino()))
-            }
-            #[cfg(not(unix))]
-            {
-                let _ = m;
-                None
-            }
-        })
-        .collect()
 }
 
 /// Whether the tick may run its agents, and what to say about it.
@@ -86,14 +71,16 @@ impl Confinement {
                 backend: None,
                 base: Policy::new(),
                 own: None,
-                last: Default::default(),
+                hosts: Vec::new(),
+                net: Mutex::default(),
+                kept: Mutex::default(),
             };
         }
         let mut base = Policy::new()
             .net(match config.sandbox.network {
                 Network::Open => Net::Open,
                 Network::Deny => Net::Deny,
-                // The spawn's own proxy: the address is filled in per spawn.
+                // The tick's proxy: the address is filled in when it starts.
                 Network::Hosts => Net::Proxy(([127, 0, 0, 1], 0).into()),
             })
             .mode(if mode == SandboxMode::Enforce {
@@ -142,7 +129,9 @@ impl Confinement {
             backend: Some(crate::sandbox::platform_default()),
             base,
             own: Some((real(project), real(&project.join(".loopflow")))),
-            last: Default::default(),
+            hosts: config.sandbox.hosts.clone(),
+            net: Mutex::default(),
+            kept: Mutex::default(),
         }
     }
 
@@ -167,14 +156,12 @@ impl Confinement {
 
     /// What the kernel gives for the tick's policy, said once before any agent runs.
     pub fn verdict(&self) -> Verdict {
-        if self.backend.is_none() {
+        let Some(b) = &self.backend else {
             return Verdict::Ok;
-        }
-        match self.prepare(&[]) {
-            Ok(None) => Verdict::Ok,
-            Ok(Some(p)) => {
-                let missing: Vec<String> = p
-                    .shortfalls()
+        };
+        match b.assess(&self.base) {
+            Ok(shortfalls) => {
+                let missing: Vec<String> = shortfalls
                     .iter()
                     .filter(|s| s.is_required() || matches!(s, Shortfall::SkippedPath(_)))
                     .map(ToString::to_string)
@@ -215,6 +202,9 @@ impl Confinement {
                     ("signals", e.signals),
                     ("TCP", e.network_tcp),
                     ("sockets", e.socket_filter),
+                    ("other processes", e.process_filter),
+                    ("privileges", e.privileges),
+                    ("the terminal", e.session),
                 ]
                 .iter()
                 .filter(|(_, on)| *on)
@@ -236,15 +226,29 @@ impl Confinement {
 
     /// The sandbox of one agent's spawn: the tick's policy plus the agent's state
     /// directories, less those [`Confinement::split_state_dirs`] refuses (returned, for
-    /// the tick to say so).
+    /// the tick to say so), plus `read`; under `network = "hosts"` a client of the tick's
+    /// proxy that may reach `[sandbox] hosts` and `hosts` (the preset's).
     pub fn prepare_agent(
         &self,
         state_dirs: &[PathBuf],
         read: &[PathBuf],
-        proxy: Option<std::net::SocketAddr>,
+        hosts: &[String],
     ) -> (Result<Option<Prepared>, SandboxError>, Vec<PathBuf>) {
         let (granted, refused) = self.split_state_dirs(state_dirs);
-        (self.prepare_with(&granted, read, proxy), refused)
+        let prepared = match self.tick_net() {
+            Ok(Some(net)) => self
+                .prepare_with(&granted, read, Some(net.addr()))
+                .and_then(|p| {
+                    let all: Vec<&str> =
+                        self.hosts.iter().chain(hosts).map(String::as_str).collect();
+                    let allow = Allow::parse(&all)
+                        .map_err(|e| SandboxError::Proxy(std::io::Error::other(e)))?;
+                    Ok(p.map(|p| p.with_client(net.client(allow))))
+                }),
+            Ok(None) => self.prepare_with(&granted, read, None),
+            Err(e) => Err(e),
+        };
+        (prepared, refused)
     }
 
     /// Whether the kernel confines the reads of the tick's processes (so what is outside
@@ -252,29 +256,53 @@ impl Confinement {
     pub fn reads_confined(&self) -> bool {
         self.backend.is_some()
             && self
-                .prepare(&[])
+                .prepare_with(&[], &[], None)
                 .ok()
                 .flatten()
                 .is_some_and(|p| p.enforced().reads)
     }
 
-    /// Whether spawns need a proxy of their own (`network = "hosts"`, sandbox on).
+    /// The tick's proxy and supervisor (`network = "hosts"`, sandbox on), started on first
+    /// use; `None` when spawns need none.
+    fn tick_net(&self) -> Result<Option<Arc<TickNet>>, SandboxError> {
+        if !self.proxied() {
+            return Ok(None);
+        }
+        let mut net = self.net.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = net.as_ref() {
+            return Ok(Some(Arc::clone(n)));
+        }
+        #[cfg(target_os = "linux")]
+        let supervised = crate::sandbox::seccomp::available(true);
+        #[cfg(not(target_os = "linux"))]
+        let supervised = false;
+        let n = TickNet::start(supervised).map_err(SandboxError::Proxy)?;
+        *net = Some(Arc::clone(&n));
+        Ok(Some(n))
+    }
+
+    /// The address of the tick's proxy, once a spawn started it.
+    pub fn proxy_addr(&self) -> Option<std::net::SocketAddr> {
+        let net = self.net.lock().unwrap_or_else(|e| e.into_inner());
+        net.as_ref().map(|n| n.addr())
+    }
+
+    /// Whether the sandbox is on (`mode` is not `"off"`).
+    pub fn confines(&self) -> bool {
+        self.backend.is_some()
+    }
+
+    /// Whether spawns go through the tick's proxy (`network = "hosts"`, sandbox on).
     pub fn proxied(&self) -> bool {
         self.backend.is_some() && matches!(self.base.net, Net::Proxy(_))
     }
 
-    /// The sandbox of one spawn: the tick's policy plus `extra` directories, which exist
-    /// ([`Confinement::split_state_dirs`] made them: a rule needs the directory). `None`
-    /// when the sandbox is off.
-    ///
-    /// The ruleset of the previous call is reused when it was made for the same extra
-    /// paths and every path of the policy is still the file it was then (one `stat` each).
-    pub fn prepare(&self, extra: &[PathBuf]) -> Result<Option<Prepared>, SandboxError> {
-        self.prepare_with(extra, &[], None)
-    }
-
-    /// [`Confinement::prepare`] with more readable paths and, under `network =
-    /// "hosts"`, the spawn's proxy (`None`: no proxy, so no TCP at all).
+    /// The sandbox of one spawn (`None` when the sandbox is off): the tick's policy plus
+    /// `extra` directories, which exist ([`Confinement::split_state_dirs`] made them: a
+    /// rule needs the directory), more readable paths and, under `network = "hosts"`, the
+    /// tick's proxy (`None`: no proxy, so no TCP at all). The ruleset of an earlier call
+    /// with the same paths and network is reused: within a tick the paths it names are
+    /// the files they were (none of them is the agents' to replace).
     pub fn prepare_with(
         &self,
         extra: &[PathBuf],
@@ -284,6 +312,17 @@ impl Confinement {
         let Some(b) = &self.backend else {
             return Ok(None);
         };
+        let net = match self.base.net {
+            Net::Proxy(_) => proxy.map_or(Net::Deny, Net::Proxy),
+            other => other,
+        };
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = kept
+            .iter()
+            .find(|r| r.extra == extra && r.read == read && r.net == net)
+        {
+            return Ok(Some(r.prepared.clone()));
+        }
         let mut policy = self.base.clone();
         for d in extra {
             policy = policy.write_dir(d.clone());
@@ -291,26 +330,16 @@ impl Confinement {
         for d in read {
             policy = policy.read_dir(d.clone());
         }
-        if matches!(policy.net, Net::Proxy(_)) {
-            policy.net = proxy.map_or(Net::Deny, Net::Proxy);
-        }
-        let ids = identities(&policy);
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = last.as_ref()
-            && r.extra == extra
-            && r.read == read
-            && r.net == policy.net
-            && r.ids == ids
-        {
-            return Ok(Some(r.prepared.clone()));
-        }
+        policy.net = net;
         let prepared = b.prepare(&policy)?;
-        *last = Some(Reused {
+        if kept.len() >= KEPT {
+            kept.remove(0);
+        }
+        kept.push(Reused {
             extra: extra.to_vec(),
             read: read.to_vec(),
-            net: policy.net,
+            net,
             prepared: prepared.clone(),
-            ids,
         });
         Ok(Some(prepared))
     }
@@ -365,35 +394,62 @@ fn common_git_dir(cwd: &Path) -> Option<PathBuf> {
     common.canonicalize().ok()
 }
 
-/// The toolchains a tick's processes run, where they exist: every `PATH` directory
-/// (and the prefix above a `bin`), the usual per-user toolchain homes, and what their
-/// location variables name; and the user's git configuration (`~/.gitconfig`,
-/// `~/.config/git`), without which git stops. Never the home directory itself or one
-/// above it. Of `~/.cargo` only what cargo runs from (its `credentials.toml` holds a
-/// registry token).
-fn toolchains(project: &Path) -> Vec<PathBuf> {
-    let home = std::env::var_os("HOME")
+/// The home directory, when set.
+fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
-        .map(PathBuf::from);
+        .map(PathBuf::from)
+}
+
+/// Whether granting `p` would grant too much: the root, a relative path, the project or a
+/// directory holding it, the home directory or one above it.
+fn too_wide(p: &Path, project: &Path, home: Option<&Path>) -> bool {
+    p == Path::new("/")
+        || !p.is_absolute()
+        || project.starts_with(p)
+        || home.is_some_and(|h| h.starts_with(p))
+}
+
+/// The parts of an installation prefix under the home directory a program runs from
+/// (`~/.venv`, `~/.nvm/versions/node/v22`): its libraries and a venv's `pyvenv.cfg`, never
+/// the prefix itself (`~/.local` holds `share`, `~/.fly` a token in `config.yml`).
+const PREFIX_PARTS: &[&str] = &["bin", "lib", "lib64", "libexec", "include", "pyvenv.cfg"];
+
+/// What of a `bin` directory's prefix to read: outside the home directory the prefix
+/// (`/usr/local`, `/opt/x`), under it only [`PREFIX_PARTS`].
+fn prefix_of(bin: &Path, home: Option<&Path>) -> Vec<PathBuf> {
+    let Some(prefix) = bin.parent() else {
+        return Vec::new();
+    };
+    match home.is_some_and(|h| prefix.starts_with(h)) {
+        true => PREFIX_PARTS.iter().map(|p| prefix.join(p)).collect(),
+        false => vec![prefix.to_path_buf()],
+    }
+}
+
+/// The toolchains a tick's processes run, where they exist: every `PATH` directory (and
+/// its prefix's parts, [`prefix_of`]), the usual per-user toolchain homes, what their
+/// location variables name, and git's own configuration files (`~/.gitconfig`,
+/// `~/.config/git/{config,ignore,attributes}`), without which git stops. Never the home
+/// directory itself or one above it, never a directory because a `PATH` entry lies below
+/// it. Of `~/.cargo` only what cargo runs from (`bin`, `registry`, `git`: its
+/// `credentials.toml` holds a registry token, its `config.toml` may).
+fn toolchains(project: &Path) -> Vec<PathBuf> {
+    let home = home();
     let mut out: Vec<PathBuf> = Vec::new();
     let mut add = |p: PathBuf| {
-        let too_wide = p == Path::new("/")
-            || !p.is_absolute()
-            || project.starts_with(&p)
-            || home.as_ref().is_some_and(|h| h.starts_with(&p));
-        if !too_wide && p.exists() && !out.contains(&p) {
+        if !too_wide(&p, project, home.as_deref()) && p.exists() && !out.contains(&p) {
             out.push(p);
         }
     };
     if let Some(path) = std::env::var_os("PATH") {
         for d in std::env::split_paths(&path) {
-            if d.file_name().is_some_and(|n| n == "bin")
-                && let Some(prefix) = d.parent()
-            {
-                add(prefix.to_path_buf());
-            }
             if let Some(m) = node_modules(&d) {
                 add(m);
+            } else if d.file_name().is_some_and(|n| n == "bin") {
+                prefix_of(&d, home.as_deref())
+                    .into_iter()
+                    .for_each(&mut add);
             }
             add(d);
         }
@@ -402,7 +458,7 @@ fn toolchains(project: &Path) -> Vec<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| home.as_ref().map(|h| h.join(".cargo")));
     if let Some(c) = cargo {
-        for sub in ["bin", "registry", "git", "config.toml", "config", "env"] {
+        for sub in ["bin", "registry", "git"] {
             add(c.join(sub));
         }
     }
@@ -418,12 +474,19 @@ fn toolchains(project: &Path) -> Vec<PathBuf> {
             add(PathBuf::from(v));
         }
     }
-    if let Some(h) = &home {
-        // git refuses to run at all when a config file it finds cannot be read.
-        for sub in [".gitconfig", ".config/git"] {
-            add(h.join(sub));
+    // git refuses to run at all when a config file it finds cannot be read.
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|x| !x.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".config")));
+    if let Some(x) = xdg {
+        for f in ["config", "ignore", "attributes"] {
+            add(x.join("git").join(f));
         }
+    }
+    if let Some(h) = &home {
         for sub in [
+            ".gitconfig",
             ".rustup",
             ".npm",
             ".nvm",
@@ -441,8 +504,10 @@ fn toolchains(project: &Path) -> Vec<PathBuf> {
 }
 
 /// Where a program is installed, for reading: the `node_modules` its real path lies in
-/// (an npm package's files sit beside its link in `.bin`), else the prefix above its
-/// `bin`, else its directory. `None` for a program that is not found.
+/// (an npm package's files sit beside its link in `.bin`), else its prefix's parts
+/// ([`prefix_of`]) when it lies in a `bin`, else — outside the home directory — its
+/// directory, and under it the file itself (`~/.local/share/claude/versions/2.1.0`, which
+/// reads itself). Nothing for a program that is not found.
 pub fn install_prefix(
     program: &str,
     path: Option<&std::ffi::OsStr>,
@@ -454,6 +519,10 @@ pub fn install_prefix(
         let f = PathBuf::from(program);
         return f.canonicalize().map_or_else(|_| vec![f], |c| vec![c]);
     }
+    // Found as the spawn will find it (and remembered for it).
+    #[cfg(target_os = "linux")]
+    let found = path.and_then(|p| crate::sandbox::launch::resolve(program, &p.to_os_string()));
+    #[cfg(not(target_os = "linux"))]
     let found = path.and_then(|p| {
         std::env::split_paths(p)
             .map(|d| d.join(program))
@@ -462,24 +531,25 @@ pub fn install_prefix(
     let Some(found) = found else {
         return Vec::new();
     };
+    let home = home();
     let mut out = Vec::new();
     for f in [Some(found.clone()), found.canonicalize().ok()]
         .into_iter()
         .flatten()
     {
         let Some(dir) = f.parent() else { continue };
-        let p = node_modules(dir).unwrap_or_else(|| {
-            match dir.file_name().is_some_and(|n| n == "bin") {
-                true => dir.parent().unwrap_or(dir).to_path_buf(),
-                false => dir.to_path_buf(),
+        let under_home = home.as_ref().is_some_and(|h| dir.starts_with(h));
+        let grant = match node_modules(dir) {
+            Some(m) => vec![m],
+            // Its `bin` is among the prefix's parts, so the file is too.
+            None if dir.file_name().is_some_and(|n| n == "bin") => prefix_of(dir, home.as_deref()),
+            None if under_home => vec![f.clone()],
+            None => vec![dir.to_path_buf()],
+        };
+        for p in grant {
+            if !too_wide(&p, project, home.as_deref()) && p.exists() && !out.contains(&p) {
+                out.push(p);
             }
-        });
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let too_wide = p == Path::new("/")
-            || project.starts_with(&p)
-            || home.is_some_and(|h| h.starts_with(&p));
-        if !too_wide && !out.contains(&p) {
-            out.push(p);
         }
     }
     out

@@ -79,28 +79,6 @@ impl<'a> Tick<'a> {
             .insert((node.to_string(), what.to_string()))
     }
 
-    /// The proxy of one spawn, under `network = "hosts"` with the sandbox on: the loop's
-    /// `hosts` and the agent's.
-    fn start_proxy(
-        &self,
-        agent_hosts: &[String],
-    ) -> std::io::Result<Option<crate::sandbox::proxy::Proxy>> {
-        if !self.confine.proxied() {
-            return Ok(None);
-        }
-        let hosts: Vec<&str> = self
-            .loaded
-            .config
-            .sandbox
-            .hosts
-            .iter()
-            .chain(agent_hosts)
-            .map(String::as_str)
-            .collect();
-        let allow = crate::sandbox::proxy::Allow::parse(&hosts).map_err(std::io::Error::other)?;
-        crate::sandbox::proxy::Proxy::start(allow).map(Some)
-    }
-
     pub fn scope(
         &'a self,
         work: &'a WorkSourceReader<'a>,
@@ -361,19 +339,9 @@ impl Tick<'_> {
             }
         };
         let watch = || self.halts.look(self.paths);
-        // `network = "hosts"`: a proxy of this spawn's own, so what it refused is this
-        // node's, and it is gone (with every tunnel) when the node ends.
-        let proxy = match self.start_proxy(&s.hosts) {
-            Ok(p) => p,
-            Err(e) => {
-                return Finished {
-                    exit: Exit::SpawnFailed(format!("sandbox: the network proxy: {e}")),
-                    elapsed: std::time::Duration::ZERO,
-                };
-            }
-        };
         let mut read = s.read.clone();
-        if let Some(program) = s.argv.first() {
+        // Only a sandbox needs to know where the program lives.
+        if let Some(program) = s.argv.first().filter(|_| self.confine.confines()) {
             let path = std::env::var_os("PATH");
             read.extend(super::confine::install_prefix(
                 program,
@@ -381,9 +349,9 @@ impl Tick<'_> {
                 &self.paths.project,
             ));
         }
-        let (sandbox, refused) =
-            self.confine
-                .prepare_agent(&s.write, &read, proxy.as_ref().map(|p| p.addr()));
+        // One ruleset, proxy and supervisor for the tick; this spawn is a client of the
+        // proxy of its own, so what it is refused is this node's.
+        let (sandbox, refused) = self.confine.prepare_agent(&s.write, &read, &s.hosts);
         if !refused.is_empty() {
             let list: Vec<String> = refused.iter().map(|p| p.display().to_string()).collect();
             let _ = self.paths.log(
@@ -442,8 +410,8 @@ impl Tick<'_> {
             ("PWD".into(), self.cwd.display().to_string()),
             ("TMPDIR".into(), self.tmp.display().to_string()),
         ];
-        if let Some(p) = &proxy {
-            env.extend(crate::environ::proxy_vars(p.addr()));
+        if let Some(addr) = sandbox.as_ref().and(self.confine.proxy_addr()) {
+            env.extend(crate::environ::proxy_vars(addr));
         }
         if let Some(t) = &self.trace {
             env.push(("TRACEPARENT".into(), t.traceparent(node)));
@@ -474,17 +442,9 @@ impl Tick<'_> {
         let mut marks = crate::process::loop_marks(&self.paths.name, &self.paths.project).to_vec();
         marks.push(format!("LOOPFLOW_NODE={node}"));
         let killed = crate::process::reap_leftovers(&marks);
-        let mut refused = refused.into_inner().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = &proxy {
-            refused.extend(p.take_refused().into_iter().map(|(h, port)| {
-                if h.contains(':') {
-                    format!("[{h}]:{port}")
-                } else {
-                    format!("{h}:{port}")
-                }
-            }));
-        }
-        drop(proxy);
+        let refused = refused.into_inner().unwrap_or_else(|e| e.into_inner());
+        // The spawn's client goes with it: a connection its processes left open is cut.
+        drop(sandbox);
         for what in refused {
             if self.first_time(node, &what) {
                 self.event(

@@ -93,13 +93,13 @@ fn every_template_variable_is_documented() {
 
 #[test]
 fn every_loopflow_variable_of_a_tick_is_documented() {
-    // What a tick's processes get (tick/, node/, process.rs, the audit command of
+    // What a tick's processes get (tick/, node/, process/, the audit command of
     // work_source.rs), and what the tick reads (floor-check's override).
     let mut vars = Vec::new();
-    for dir in ["src/tick", "src/node"] {
+    for dir in ["src/tick", "src/node", "src/process"] {
         loopflow_vars_in(&root().join(dir), &mut vars);
     }
-    for file in ["src/process.rs", "src/work_source.rs"] {
+    for file in ["src/work_source.rs"] {
         let text = std::fs::read_to_string(root().join(file)).expect("source");
         for (i, _) in text.match_indices("\"LOOPFLOW_") {
             let name: String = text[i + 1..]

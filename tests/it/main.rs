@@ -26,6 +26,7 @@ mod halts;
 mod harness_limits;
 mod human_verbs;
 mod isolation;
+mod no_way_out;
 mod notify;
 mod programs;
 mod projects;

@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use crate::support::{
-    LoopToml, Project, Rng, live_group_members, standard_agent, wait_for_line, wait_group_gone,
-    wait_until,
+    LoopToml, Project, Rng, live_group_members, standard_agent, wait_group_gone, wait_until,
 };
 use serde_json::Value;
 
@@ -459,12 +458,16 @@ exit 0"#
     );
     p.agent_loop("l", &agent, "");
     let mut run = p.lf_spawn(&["run", "--loop", "l"]);
-    wait_for_line(&p.join("agent.pid"));
-    let pgid: i32 = std::fs::read_to_string(p.join("agent.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // The shell creates the file before it writes the pid into it.
+    let pid = || -> Option<i32> {
+        std::fs::read_to_string(p.join("agent.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    wait_until("the agent's pid", || pid().is_some());
+    let pgid = pid().unwrap();
     // The agent can write its pid before loopflow has recorded its group (loopflow
     // records it once the spawn returns): this test is about a recorded group, so the
     // kill waits for the record. (Processes killed before it are found by the loop's

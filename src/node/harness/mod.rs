@@ -249,6 +249,11 @@ impl NodeSpec for HarnessNode {
             _ => None,
         };
         let output_path = ctx.output_path();
+        // Fresh for this node: whatever an earlier node or process left at its path (a
+        // planted verdict, usage, a link) is gone before it runs.
+        if let Err(e) = fresh_output(ctx.scope().cwd, &output_path) {
+            return NodeRun::fail(Failure::Io(format!("{}: {e}", output_path.display())));
+        }
         let argv = match self.argv(ctx, &vars) {
             Ok(a) => a,
             Err(e) => return NodeRun::fail(Failure::Template(e.to_string())),
@@ -306,7 +311,10 @@ impl NodeSpec for HarnessNode {
         // reported while exiting 0, the tool calls it was refused.
         let finish = |o: &mut NodeOutput| -> Option<String> {
             o.output_path = Some(output_path.clone());
-            keep_output_file(&output_path, &ctx.archive_path());
+            // Captured once the node's processes are gone: what loopflow reads of it later
+            // is this copy, which no agent can write.
+            let kept = ctx.archive_path();
+            o.output_kept = keep_output_file(ctx.scope().cwd, &output_path, &kept).then_some(kept);
             if usage.is_empty() {
                 return None;
             }
@@ -392,23 +400,101 @@ impl NodeSpec for HarnessNode {
     }
 }
 
+/// The components of `path` below `cwd` (`.loopflow-out`, the loop, the file), each a
+/// single name; `None` for a path that does not lie beneath it.
+fn below<'a>(cwd: &std::path::Path, path: &'a std::path::Path) -> Option<Vec<&'a std::ffi::OsStr>> {
+    let rel = path.strip_prefix(cwd).ok()?;
+    let parts: Vec<&std::ffi::OsStr> = rel
+        .components()
+        .map(|c| match c {
+            std::path::Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    (!parts.is_empty()).then_some(parts)
+}
+
+/// Makes `{{output}}` fresh for a node: every directory between the working directory and
+/// it a real directory (one an agent replaced with a link or a file is removed and made
+/// again), and nothing at its path.
+fn fresh_output(cwd: &std::path::Path, path: &std::path::Path) -> std::io::Result<()> {
+    let Some(parts) = below(cwd, path) else {
+        return Ok(());
+    };
+    let mut at = cwd.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        let last = i + 1 == parts.len();
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.is_dir() && !last => continue,
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&at)?,
+            Ok(_) => std::fs::remove_file(&at)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        if !last {
+            std::fs::create_dir(&at)?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens `{{output}}` for reading one component at a time, following no link on the way
+/// (an agent of a later node could otherwise point `.loopflow-out` at a file of loopflow's
+/// own), and only a regular file.
+#[cfg(unix)]
+fn open_output(cwd: &std::path::Path, path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let bad = || std::io::Error::from(std::io::ErrorKind::InvalidInput);
+    let parts = below(cwd, path).ok_or_else(bad)?;
+    let open = |dir: Option<&OwnedFd>, name: &[u8], flags: i32| -> std::io::Result<OwnedFd> {
+        let c = std::ffi::CString::new(name).map_err(|_| bad())?;
+        let base = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+        // SAFETY: openat on a NUL-terminated name and a live directory fd (or the cwd).
+        let fd = unsafe { libc::openat(base, c.as_ptr(), flags | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd of ours.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let mut dir = open(
+        None,
+        cwd.as_os_str().as_bytes(),
+        libc::O_PATH | libc::O_DIRECTORY,
+    )?;
+    let (file, dirs) = parts.split_last().ok_or_else(bad)?;
+    for d in dirs {
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+        dir = open(Some(&dir), d.as_bytes(), flags)?;
+    }
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+    let f = std::fs::File::from(open(Some(&dir), file.as_bytes(), flags)?);
+    crate::fs_safe::regular(&f)?;
+    Ok(f)
+}
+
+#[cfg(not(unix))]
+fn open_output(_cwd: &std::path::Path, path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let f = std::fs::File::open(path)?;
+    crate::fs_safe::regular(&f)?;
+    Ok(f)
+}
+
 /// The agent's `{{output}}` file lives in its worktree's self-ignoring `.loopflow-out/<loop>/`,
 /// which the next tick empties; a copy goes to the loop's `outputs/` for the record
-/// (`review`, `report`). Only a regular file, at most 16 MiB, never through a link.
-fn keep_output_file(from: &std::path::Path, to: &std::path::Path) {
+/// (`review`, `report`) and for everything loopflow reads of it later (the spend). Only a
+/// regular file, at most 16 MiB, never through a link. Whether there was one to keep.
+fn keep_output_file(cwd: &std::path::Path, from: &std::path::Path, to: &std::path::Path) -> bool {
     use std::io::Read;
-    let mut o = std::fs::OpenOptions::new();
-    o.read(true);
-    crate::fs_safe::nofollow(&mut o);
     let mut bytes = Vec::new();
-    let read = o.open(from).and_then(|f| {
-        crate::fs_safe::regular(&f)?;
-        f.take(crate::fs_safe::TEXT_MAX).read_to_end(&mut bytes)
-    });
+    let read = open_output(cwd, from)
+        .and_then(|f| f.take(crate::fs_safe::TEXT_MAX).read_to_end(&mut bytes));
     if read.is_err() {
-        return;
+        return false;
     }
     // A record copy, written like the prompt, stdout and stderr beside it: no fsyncs, no
     // temp file a kill could leave in `outputs/`.
-    let _ = crate::fs_safe::write_owned(to, &bytes);
+    crate::fs_safe::write_owned(to, &bytes).is_ok()
 }

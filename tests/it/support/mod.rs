@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod remote;
+pub mod runas;
 pub mod toml;
 
 use std::path::{Path, PathBuf};
