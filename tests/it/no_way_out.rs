@@ -68,7 +68,7 @@ fn hostile(user: Option<&User>, body: &str, sandbox: &str, files: &[(&str, &str)
     p.with_loop("l", &toml);
     std::fs::create_dir_all(p.join("home")).expect("home");
     if let Some(u) = user {
-        u.own(p.path());
+        u.own_project(&p);
     }
     p
 }
@@ -520,7 +520,7 @@ impl Holder {
         let script = p.write("holder.py", &format!("{PRELUDE}{HOLDER}"));
         let ready = p.join("holder.ready");
         if let Some(u) = user {
-            u.own(p.path());
+            u.own_project(&p);
         }
         let mut c = Command::new(PY);
         c.arg(&script).arg(&ready).current_dir(p.path());
@@ -846,7 +846,7 @@ node -e 'console.log("node-ok")' >> loot/works 2>&1
                 .harness_command(&agent, &["{{role}}"]),
         );
         if let Some(u) = user {
-            u.own(p.path());
+            u.own_project(&p);
         }
         let path = format!(
             "{h}/.cargo/bin:{h}/.fly/bin:{h}/.local/bin:{h}/.venv/bin:/usr/local/bin:/usr/bin:/bin",
@@ -987,7 +987,7 @@ fn nothing_a_tick_started_outlives_or_stalls_it() {
             );
             std::fs::create_dir_all(p.join("home")).expect("home");
             if let Some(u) = user {
-                u.own(p.path());
+                u.own_project(&p);
             }
             let r = tick(&p, user, &[]);
             assert_ticked(&p, &r, &who);
@@ -1058,7 +1058,7 @@ exit 0"#
         );
         std::fs::create_dir_all(p.join("home")).expect("home");
         if let Some(u) = user {
-            u.own(p.path());
+            u.own_project(&p);
         }
         let r = tick(&p, user, &[]);
         assert_ticked(&p, &r, &who);
@@ -1106,8 +1106,9 @@ print(s.recv(100).decode().split("\r\n")[0])' "$1"; }}
 case "$1" in
   implement) ask implement.invalid > /dev/null; echo "$HTTPS_PROXY" > proxy-seen ;;
   verify) ask verify.invalid > /dev/null
-    [ "$(cat proxy-seen)" = "$HTTPS_PROXY" ] && echo same > proxy-same
-    echo '{HALF}' ;;
+    # What a verifier changes is put back after it: it says what it saw in its verdict.
+    same=different; [ "$(cat proxy-seen)" = "$HTTPS_PROXY" ] && same=same
+    echo '{{"pass": false, "score": 0.5, "next_hint": "'$same'"}}' ;;
   *) ask orchestrate.invalid > /dev/null; echo ok ;;
 esac
 exit 0"#
@@ -1122,15 +1123,14 @@ exit 0"#
         );
         std::fs::create_dir_all(p.join("home")).expect("home");
         if let Some(u) = user {
-            u.own(p.path());
+            u.own_project(&p);
         }
         let r = tick(&p, user, &[]);
         assert_ticked(&p, &r, &who);
-        let same = std::fs::read_to_string(p.worktree("l").join("proxy-same"));
+        let state = p.state("l");
         assert_eq!(
-            same.unwrap_or_default(),
-            "same\n",
-            "{who}: a proxy per spawn"
+            state["last_verdict"]["next_hint"], "same",
+            "{who}: a proxy per spawn: {state}"
         );
         let log = p.events("l");
         for node in ["implement", "verify", "orchestrate"] {

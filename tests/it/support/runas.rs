@@ -92,6 +92,13 @@ impl User {
         assert!(ok.is_ok_and(|s| s.success()), "chown {}", path.display());
     }
 
+    /// Gives a project to this user: its directory and its machine state (where its
+    /// loops' worktrees live).
+    pub fn own_project(&self, p: &super::Project) {
+        self.own(p.path());
+        self.own(p.state_home.path());
+    }
+
     /// `cmd` (program, arguments, directory, environment) run as this user instead:
     /// `setpriv --reuid --regid --init-groups`, which keeps the environment and the
     /// descriptors it is given.
