@@ -300,3 +300,81 @@ fn network_fs(dir: &Path) -> Option<&'static str> {
 fn network_fs(_dir: &Path) -> Option<&'static str> {
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, DataChange, ModifyKind, RenameMode};
+
+    fn ev(kind: EventKind, path: &Path) -> notify::Result<Event> {
+        Ok(Event::new(kind).add_path(path.to_path_buf()))
+    }
+
+    fn changes(relist: &[usize], loops: &[(usize, &str)]) -> Changes {
+        Changes {
+            relist: relist.iter().copied().collect(),
+            loops: loops.iter().map(|(i, n)| (*i, n.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn events_name_the_loops_whose_files_changed_and_the_projects_to_relist() {
+        let one = tempfile::tempdir().unwrap();
+        let two = tempfile::tempdir().unwrap();
+        let loops = crate::state::loops_dir(one.path());
+        std::fs::create_dir_all(loops.join("a")).unwrap();
+        std::fs::create_dir_all(loops.join("b")).unwrap();
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let dirs = [one.path().to_path_buf(), two.path().to_path_buf()];
+        let (mut w, polled) = Watcher::start(&dirs, tx).unwrap();
+        assert!(polled.is_empty() && w.polled().is_empty());
+        let rename = EventKind::Modify(ModifyKind::Name(RenameMode::To));
+        let write = EventKind::Modify(ModifyKind::Data(DataChange::Any));
+        let a = loops.join("a");
+        let c = w
+            .digest(vec![
+                ev(rename, &a.join(".state.loop")),
+                ev(write, &a.join(".state.log")),
+                ev(write, &loops.join("b").join("loop.toml")),
+                // Nothing the page shows: the state lock, a temporary file, the worktree.
+                ev(write, &loops.join("b").join(".state.lock")),
+                ev(rename, &loops.join("b").join(".state.loop.tmp1")),
+                ev(write, &loops.join("b").join("worktree")),
+            ])
+            .unwrap();
+        assert_eq!(c, changes(&[], &[(0, "a"), (0, "b")]));
+
+        // A loop created: its project relisted, the loop watched and read.
+        std::fs::create_dir(loops.join("c")).unwrap();
+        let folder = EventKind::Create(CreateKind::Folder);
+        let c = w.digest(vec![ev(folder, &loops.join("c"))]).unwrap();
+        assert_eq!(c, changes(&[0], &[(0, "c")]));
+        assert!(w.loops.contains_key(&loops.join("c")));
+
+        // The second project has no loops directory: its own directory stands for it
+        // until `.loopflow/loops` appears, which is then watched with its loops.
+        let loops2 = crate::state::loops_dir(two.path());
+        assert_eq!(w.srcs[1].base.as_deref(), Some(two.path()));
+        let unrelated = w
+            .digest(vec![ev(write, &two.path().join("README.md"))])
+            .unwrap();
+        assert_eq!(unrelated, Changes::default());
+        std::fs::create_dir_all(loops2.join("x")).unwrap();
+        let c = w
+            .digest(vec![ev(folder, &two.path().join(".loopflow"))])
+            .unwrap();
+        assert_eq!(c, changes(&[1], &[(1, "x")]));
+        assert_eq!(w.srcs[1].base.as_deref(), Some(loops2.as_path()));
+
+        // A loop deleted: relisted, and no longer watched.
+        std::fs::remove_dir_all(loops.join("a")).unwrap();
+        let remove = EventKind::Remove(notify::event::RemoveKind::Folder);
+        let c = w.digest(vec![ev(remove, &a)]).unwrap();
+        assert_eq!(c, changes(&[0], &[]));
+        assert!(!w.loops.contains_key(&a));
+
+        // Events dropped by the kernel: every project looked at again.
+        let rescan = Ok(Event::new(EventKind::Other).set_flag(notify::event::Flag::Rescan));
+        assert_eq!(w.digest(vec![rescan]).unwrap(), changes(&[0, 1], &[]));
+    }
+}
