@@ -1,10 +1,11 @@
 //! The dashboard and the static report: every loop of a project on one page (DESIGN §13).
-//! [`Model`] holds what the page shows and keeps it current cheaply: a refresh `stat`s each
-//! loop's files and rebuilds only the loops whose files changed (reading only the new end
-//! of their logs). `page` renders it, `server` serves it live on loopback with
+//! [`Model`] holds what the page shows and keeps it current cheaply: a full refresh
+//! `stat`s each loop's files and rebuilds only the loops whose files changed (reading only
+//! the new end of their logs); [`Model::apply`] rebuilds just the loops a file-system
+//! watcher (`watcher`) names. `page` renders it, `server` serves it live on loopback with
 //! server-sent events; `report --html` writes the same page once.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -12,6 +13,7 @@ use serde_json::{Value, json};
 mod data;
 mod page;
 mod server;
+mod watcher;
 
 use data::{Fingerprint, LoopView};
 pub use data::{LastAbort, Limits, Row, RowFn, Skipping};
@@ -23,6 +25,8 @@ const LOG_KEEP: usize = 200;
 const LOG_SHOW: usize = 60;
 
 struct Entry {
+    /// The project it belongs to (an index into the model's sources).
+    src: usize,
     fp: Fingerprint,
     view: LoopView,
     /// The loop's rendered card.
@@ -51,6 +55,18 @@ pub struct Model {
     log: VecDeque<(u64, String, String)>,
     seq: u64,
 }
+
+/// What changed on disk, as the watcher saw it: the projects whose list of loops may have
+/// changed, and the loops whose files did, by project (an index into the model's sources).
+#[derive(Debug, Default, PartialEq)]
+pub struct Changes {
+    pub relist: BTreeSet<usize>,
+    pub loops: BTreeSet<(usize, String)>,
+}
+
+/// A loop's key in the model, its project's index and the loop's name, or why a project of
+/// many cannot be read.
+type Listed = (String, usize, Result<String, String>);
 
 impl Model {
     /// A model of `project`, kept current by [`Model::refresh`] (the dashboard).
@@ -101,33 +117,78 @@ impl Model {
         self.version
     }
 
-    /// Re-reads the loops whose files changed since the last refresh; returns whether
-    /// anything did. Loops that appeared are added, loops that went away removed.
+    /// The projects' directories, in the order [`Changes`] numbers them.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.sources.iter().map(|s| s.dir.clone()).collect()
+    }
+
+    /// Re-reads the loops whose files changed since the last refresh (a `stat` of each
+    /// loop's files); returns whether anything did. Loops that appeared are added, loops
+    /// that went away removed.
     pub fn refresh(&mut self) -> bool {
-        // (key, source, loop name): a project of many that cannot be read is one entry,
-        // `label:`, with why (`Err`).
-        let mut listed: Vec<(String, usize, Result<String, String>)> = Vec::new();
-        for (i, src) in self.sources.iter().enumerate() {
-            let Some(label) = &src.label else {
-                let names = crate::state::list_loops(&src.dir);
-                listed.extend(names.into_iter().map(|n| (n.clone(), i, Ok(n))));
-                continue;
-            };
-            match crate::projects::problem(&src.dir) {
-                Some(why) => listed.push((format!("{label}:"), i, Err(why))),
-                None => listed.extend(
-                    crate::state::list_loops(&src.dir)
-                        .into_iter()
-                        .map(|n| (format!("{label}:{n}"), i, Ok(n))),
-                ),
+        let all: BTreeSet<usize> = (0..self.sources.len()).collect();
+        self.update(&all, true, &BTreeSet::new())
+    }
+
+    /// [`Model::refresh`] of the projects `sources` only (those the kernel cannot watch).
+    pub fn refresh_sources(&mut self, sources: &BTreeSet<usize>) -> bool {
+        self.update(sources, true, &BTreeSet::new())
+    }
+
+    /// Takes in what a watcher saw: relists the projects named (adding and removing
+    /// loops, without a `stat` of the others) and rebuilds the loops named. Returns
+    /// whether anything changed.
+    pub fn apply(&mut self, c: &Changes) -> bool {
+        self.update(&c.relist, false, &c.loops)
+    }
+
+    /// The loops of project `i` as keys of the model: over many projects `label:loop`,
+    /// or `label:` with why the project cannot be read.
+    fn listing(&self, i: usize) -> Vec<Listed> {
+        let src = &self.sources[i];
+        let Some(label) = &src.label else {
+            let names = crate::state::list_loops(&src.dir);
+            return names.into_iter().map(|n| (n.clone(), i, Ok(n))).collect();
+        };
+        match crate::projects::problem(&src.dir) {
+            Some(why) => vec![(format!("{label}:"), i, Err(why))],
+            None => crate::state::list_loops(&src.dir)
+                .into_iter()
+                .map(|n| (format!("{label}:{n}"), i, Ok(n)))
+                .collect(),
+        }
+    }
+
+    fn key(&self, i: usize, name: &str) -> String {
+        match &self.sources[i].label {
+            Some(label) => format!("{label}:{name}"),
+            None => name.to_string(),
+        }
+    }
+
+    /// Relists the projects `relist` (with `stat`, rebuilding those of their loops whose
+    /// files changed) and rebuilds the loops `dirty` that the model has.
+    fn update(
+        &mut self,
+        relist: &BTreeSet<usize>,
+        stat: bool,
+        dirty: &BTreeSet<(usize, String)>,
+    ) -> bool {
+        let mut listed: Vec<Listed> = relist.iter().flat_map(|&i| self.listing(i)).collect();
+        listed.sort_by(|a, b| a.0.cmp(&b.0));
+        let before = self.entries.len();
+        self.entries.retain(|k, e| {
+            !relist.contains(&e.src) || listed.binary_search_by(|l| l.0.as_str().cmp(k)).is_ok()
+        });
+        let mut changed = self.entries.len() != before;
+        // The changed loops of projects not relisted, when the model has them (a loop the
+        // model does not have yet comes with its project's relisting).
+        for (i, name) in dirty.iter().filter(|(i, _)| !relist.contains(i)) {
+            let key = self.key(*i, name);
+            if self.entries.contains_key(&key) {
+                listed.push((key, *i, Ok(name.clone())));
             }
         }
-        listed.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut changed = false;
-        let before = self.entries.len();
-        self.entries
-            .retain(|k, _| listed.binary_search_by(|l| l.0.as_str().cmp(k)).is_ok());
-        changed |= self.entries.len() != before;
         let mut new_lines: Vec<(String, String)> = Vec::new();
         for (key, i, name) in &listed {
             let src = &self.sources[*i];
@@ -143,17 +204,24 @@ impl Model {
                     }
                     let label = src.label.as_deref().unwrap_or_default();
                     let view = data::LoopView::broken_project(label, &src.dir, why.clone());
-                    self.put(key, Fingerprint::default(), view);
+                    self.put(key, *i, Fingerprint::default(), view);
                     changed = true;
                     continue;
                 }
             };
+            let known = self.entries.get(key);
+            // Told it changed: rebuilt. Known and not told: rebuilt when a `stat` says
+            // so, or left alone when there is no `stat` (the watcher would have told).
+            let told = !dirty.is_empty() && dirty.contains(&(*i, name.clone()));
+            if known.is_some() && !told && !stat {
+                continue;
+            }
             let fp = if self.watch {
                 Fingerprint::of(&src.dir, name)
             } else {
                 Fingerprint::default()
             };
-            if self.entries.get(key).is_some_and(|e| e.fp == fp) {
+            if !told && known.is_some_and(|e| e.fp == fp) {
                 continue;
             }
             let prev = self.entries.remove(key).map(|e| e.view);
@@ -163,7 +231,7 @@ impl Model {
             }
             new_lines.extend(fresh.into_iter().map(|l| (key.clone(), l)));
             changed = true;
-            self.put(key, fp, view);
+            self.put(key, *i, fp, view);
         }
         // Lines from different loops, in time order (the timestamp leads each line).
         new_lines.sort_by(|a, b| a.1.split(' ').next().cmp(&b.1.split(' ').next()));
@@ -181,12 +249,13 @@ impl Model {
     }
 
     /// Adds or replaces the entry `key`, its card rendered now.
-    fn put(&mut self, key: &str, fp: Fingerprint, view: data::LoopView) {
+    fn put(&mut self, key: &str, src: usize, fp: Fingerprint, view: data::LoopView) {
         self.version += 1;
         let html = page::article(&view);
         self.entries.insert(
             key.to_string(),
             Entry {
+                src,
                 fp,
                 view,
                 html,

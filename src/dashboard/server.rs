@@ -3,12 +3,18 @@
 //! whose `Host` is not the address it serves is refused, so a web page that rebinds its
 //! own DNS name to 127.0.0.1 cannot read the dashboard (DNS rebinding).
 //!
-//! Changes are found by polling each loop's files every [`POLL`] (a `stat` per file, see
-//! [`super::Model::refresh`]) rather than inotify: no extra crate, no watch limits, and it
-//! sees atomic renames of `.state.loop` and files on network mounts alike; at 1,000 loops a
-//! poll is a few thousand `stat`s. Each `/events` client gets one event per change.
+//! It sleeps while nothing changes. With no `/events` client nothing watches or polls: a
+//! page or `/api/status` request reads what changed then ([`super::Model::refresh`], a
+//! `stat` per loop file). The first `/events` client starts a watcher (`watcher`: the
+//! kernel says which loops' files changed; a burst is taken in after [`DEBOUNCE`] and only
+//! those loops are read again), the last one's leaving stops it. Where the kernel cannot
+//! tell (a network file system, its watch limit reached, a failing watcher) the loops are
+//! polled every [`POLL`] instead, still only while a client is connected, and stderr says
+//! so once. Each `/events` client gets one event per change.
 
+use std::collections::BTreeSet;
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -21,11 +27,15 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::{mpsc, watch};
 
+use super::watcher::{Msg, Unwatched, Watcher};
 use super::{Mode, Model};
 
-/// How often the loops' files are looked at: a change reaches the page within this plus
-/// the time to render it, well inside a second.
+/// Where the kernel cannot tell, how often the loops' files are looked at: a change
+/// reaches the page within this plus the time to render it, well inside a second.
 pub const POLL: Duration = Duration::from_millis(500);
+/// How long after the first event of a burst the changed loops are read: a tick writes its
+/// state, then its log; both land in one refresh.
+pub const DEBOUNCE: Duration = Duration::from_millis(30);
 /// A comment line to every `/events` client this often, so proxies and browsers keep it.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
@@ -58,6 +68,16 @@ struct Shared {
     changed: watch::Sender<u64>,
     /// The `Host` values this server answers to: its address, by IP and as `localhost`.
     hosts: [String; 2],
+    clients: Mutex<Clients>,
+    /// What stderr was told about polling, so each is said once.
+    told: Mutex<BTreeSet<String>>,
+}
+
+/// The `/events` clients connected, and how to stop the task that watches for them.
+#[derive(Default)]
+struct Clients {
+    count: usize,
+    stop: Option<mpsc::UnboundedSender<Msg>>,
 }
 
 type Reply = Response<Either<Full<Bytes>, Sse>>;
@@ -107,12 +127,13 @@ impl Server {
             model: Mutex::new(self.model),
             changed,
             hosts: [format!("127.0.0.1:{port}"), format!("localhost:{port}")],
+            clients: Mutex::default(),
+            told: Mutex::default(),
         });
         self.listener.set_nonblocking(true)?;
         let std_listener = self.listener;
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(std_listener)?;
-            tokio::spawn(watch_files(Arc::clone(&shared)));
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
@@ -136,18 +157,123 @@ fn lock(sh: &Shared) -> std::sync::MutexGuard<'_, Model> {
     sh.model.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Polls the loops' files; tells every `/events` client when something changed.
-async fn watch_files(sh: Arc<Shared>) {
-    let mut every = tokio::time::interval(POLL);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// Runs `f` on the model; tells every `/events` client when it changed something.
+fn publish(sh: &Shared, f: impl FnOnce(&mut Model) -> bool) {
+    let version = {
+        let mut m = lock(sh);
+        f(&mut m).then(|| m.version())
+    };
+    if let Some(v) = version {
+        sh.changed.send_replace(v);
+    }
+}
+
+/// Says on stderr, once, that (some) loops are polled and why.
+fn tell(sh: &Shared, why: &Unwatched) {
+    let msg = match why {
+        Unwatched::Network { .. } => format!(
+            "loopflow dashboard: {why}: its loops are polled every {} ms while a page is open",
+            POLL.as_millis()
+        ),
+        _ => format!(
+            "loopflow dashboard: {why}: the loops are polled every {} ms while a page is open",
+            POLL.as_millis()
+        ),
+    };
+    let mut told = sh.told.lock().unwrap_or_else(|e| e.into_inner());
+    if told.insert(msg.clone()) {
+        eprintln!("{msg}");
+    }
+}
+
+/// One `/events` client; the first starts watching the loops' files, the last one's
+/// going stops it.
+struct Subscription(Arc<Shared>);
+
+impl Subscription {
+    fn new(sh: &Arc<Shared>) -> Subscription {
+        let mut c = sh.clients.lock().unwrap_or_else(|e| e.into_inner());
+        c.count += 1;
+        if c.count == 1 {
+            let (tx, rx) = mpsc::unbounded_channel();
+            c.stop = Some(tx.clone());
+            tokio::spawn(watch_files(Arc::clone(sh), tx, rx));
+        }
+        Subscription(Arc::clone(sh))
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut c = self.0.clients.lock().unwrap_or_else(|e| e.into_inner());
+        c.count -= 1;
+        if c.count == 0
+            && let Some(stop) = c.stop.take()
+        {
+            let _ = stop.send(Msg::Stop);
+        }
+    }
+}
+
+/// Keeps the model current while `/events` clients are connected, until told to stop:
+/// from the kernel's reports where it can, by polling where it cannot.
+async fn watch_files(
+    sh: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Msg>,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+) {
+    let dirs = lock(&sh).dirs();
+    let all: BTreeSet<usize> = (0..dirs.len()).collect();
+    let (mut watcher, mut polled) = match Watcher::start(&dirs, tx) {
+        Ok((w, unwatched)) => {
+            for (_, why) in &unwatched {
+                tell(&sh, why);
+            }
+            let polled = w.polled();
+            (Some(w), polled)
+        }
+        Err(why) => {
+            tell(&sh, &why);
+            (None, all.clone())
+        }
+    };
+    // What changed while nobody watched: read once the watches are in place.
+    publish(&sh, Model::refresh);
+    let mut next_poll = tokio::time::Instant::now() + POLL;
     loop {
-        every.tick().await;
-        let version = {
-            let mut m = lock(&sh);
-            m.refresh().then(|| m.version())
+        let msg = if polled.is_empty() {
+            rx.recv().await
+        } else {
+            match tokio::time::timeout_at(next_poll, rx.recv()).await {
+                Ok(msg) => msg,
+                Err(_) => {
+                    publish(&sh, |m| m.refresh_sources(&polled));
+                    next_poll = tokio::time::Instant::now() + POLL;
+                    continue;
+                }
+            }
         };
-        if let Some(v) = version {
-            sh.changed.send_replace(v);
+        let first = match msg {
+            Some(Msg::Fs(ev)) => ev,
+            Some(Msg::Stop) | None => return,
+        };
+        tokio::time::sleep(DEBOUNCE).await;
+        let mut events = vec![first];
+        while let Ok(msg) = rx.try_recv() {
+            match msg {
+                Msg::Fs(ev) => events.push(ev),
+                Msg::Stop => return,
+            }
+        }
+        let Some(w) = watcher.as_mut() else { continue };
+        match w.digest(events) {
+            Ok(c) => publish(&sh, |m| m.apply(&c)),
+            Err(why) => {
+                tell(&sh, &why);
+                watcher = None;
+                polled = all.clone();
+                publish(&sh, Model::refresh);
+            }
         }
     }
 }
@@ -209,19 +335,14 @@ fn handle(req: &Request<Incoming>, sh: &Arc<Shared>) -> Reply {
     }
     match req.uri().path() {
         "/" => {
-            let mut m = lock(sh);
-            m.refresh();
-            reply(
-                StatusCode::OK,
-                "text/html; charset=utf-8",
-                m.page(Mode::Live),
-            )
+            publish(sh, Model::refresh);
+            let page = lock(sh).page(Mode::Live);
+            reply(StatusCode::OK, "text/html; charset=utf-8", page)
         }
         "/app.js" => reply(StatusCode::OK, "text/javascript; charset=utf-8", APP_JS),
         "/api/status" => {
-            let mut m = lock(sh);
-            m.refresh();
-            let doc = serde_json::to_string_pretty(&m.status()).unwrap_or_default();
+            publish(sh, Model::refresh);
+            let doc = serde_json::to_string_pretty(&lock(sh).status()).unwrap_or_default();
             reply(StatusCode::OK, "application/json", format!("{doc}\n"))
         }
         "/events" => events(req, sh),
@@ -253,14 +374,15 @@ fn events(req: &Request<Incoming>, sh: &Arc<Shared>) -> Reply {
     let (tx, rx) = mpsc::channel::<Bytes>(8);
     let (mut version, mut seq) = since(req);
     let mut changed = sh.changed.subscribe();
-    let sh = Arc::clone(sh);
+    let sub = Subscription::new(sh);
     tokio::spawn(async move {
+        let sh = &sub.0;
         if tx.send(Bytes::from("retry: 1000\n\n")).await.is_err() {
             return;
         }
         loop {
             let update = {
-                let m = lock(&sh);
+                let m = lock(sh);
                 (m.version() > version || m.seq() > seq).then(|| {
                     let u = m.update_since(version, seq);
                     (u, m.version(), m.seq())
@@ -272,9 +394,10 @@ fn events(req: &Request<Incoming>, sh: &Arc<Shared>) -> Reply {
                     return;
                 }
             }
-            match tokio::time::timeout(KEEPALIVE, changed.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => return,
+            match tokio::time::timeout(KEEPALIVE, change_or_gone(&mut changed, &tx)).await {
+                Ok(true) => {}
+                // The client went away (or the server is stopping).
+                Ok(false) => return,
                 Err(_) => {
                     if tx.send(Bytes::from(": keepalive\n\n")).await.is_err() {
                         return;
@@ -292,4 +415,19 @@ fn events(req: &Request<Incoming>, sh: &Arc<Shared>) -> Reply {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     r
+}
+
+/// Waits for the model to change (`true`) or for the client's connection to drop its
+/// stream (`false`), whichever comes first: a client that leaves is let go at once, so the
+/// last one's leaving stops the watching without waiting for a keepalive to fail.
+async fn change_or_gone(changed: &mut watch::Receiver<u64>, tx: &mpsc::Sender<Bytes>) -> bool {
+    let mut change = std::pin::pin!(changed.changed());
+    let mut gone = std::pin::pin!(tx.closed());
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = change.as_mut().poll(cx) {
+            return Poll::Ready(r.is_ok());
+        }
+        gone.as_mut().poll(cx).map(|()| false)
+    })
+    .await
 }

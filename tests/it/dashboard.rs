@@ -7,8 +7,8 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::time::Instant;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -19,6 +19,8 @@ pub(crate) struct Dashboard {
     child: Child,
     url: String,
     addr: String,
+    /// Its stderr, kept in a file (outside the project, whose files it watches).
+    stderr: tempfile::NamedTempFile,
 }
 
 impl Dashboard {
@@ -30,9 +32,16 @@ impl Dashboard {
     pub(crate) fn start_with(p: &Project, extra: &[&str]) -> Dashboard {
         let mut cmd = p.lf_cmd(&[]);
         cmd.args(extra).args(["dashboard", "--port", "0"]);
+        Dashboard::spawn(cmd)
+    }
+
+    /// `cmd`, a `loopflow … dashboard --port 0` (perhaps through a wrapper that execs it),
+    /// started.
+    fn spawn(mut cmd: Command) -> Dashboard {
+        let stderr = tempfile::NamedTempFile::new().expect("stderr file");
         let mut child = cmd
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr.reopen().expect("stderr file"))
             .spawn()
             .expect("spawn dashboard");
         let mut line = String::new();
@@ -45,7 +54,17 @@ impl Dashboard {
             .trim_start_matches("http://")
             .trim_end_matches('/')
             .to_string();
-        Dashboard { child, url, addr }
+        Dashboard {
+            child,
+            url,
+            addr,
+            stderr,
+        }
+    }
+
+    /// What it said on stderr so far.
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.stderr.path()).unwrap_or_default()
     }
 
     /// One request with `Connection: close`: (status, headers, body).
@@ -204,11 +223,15 @@ fn the_server_serves_status_events_and_refuses_foreign_hosts() {
     let r = p.lf(&["run", "--loop", "alpha"]);
     assert_eq!(r.code, 0, "{r:?}");
     let ticked = Instant::now();
-    let upd = next_update(&mut ev, |v| v["loops"]["alpha"].is_string());
+    // The tick's own state writes (it starts, it runs) may come first: the update that
+    // counts is the one with its third iteration.
+    let upd = next_update(&mut ev, |v| {
+        v["loops"]["alpha"]
+            .as_str()
+            .is_some_and(|c| c.contains("3 / 10"))
+    });
     let latency = ticked.elapsed();
     eprintln!("NOTICE: /events carried the tick {latency:?} after it ended");
-    let card = upd["loops"]["alpha"].as_str().unwrap();
-    assert!(card.contains("3 / 10"), "{card}");
     assert!(upd["loops"]["xss"].is_null(), "only what changed is sent");
     assert!(
         upd["log"]
@@ -424,4 +447,285 @@ impl Browser {
         assert!(stdout.contains("dashboard browser test: ok"), "{stdout}");
         assert!(shot.exists());
     }
+}
+
+// --- How the server learns of changes: the kernel's notification while a client listens,
+// polling where that cannot work, and nothing at all with no client.
+
+/// The environment variable that makes the dashboard poll as where the kernel cannot
+/// notify (a test hook, and a way out).
+const POLL_ENV: &str = "LOOPFLOW_DASHBOARD_POLL";
+
+/// A project of two loops, `a` and `b`, whose agent always answers, each ticked once.
+fn two_loops() -> Project {
+    let p = Project::new();
+    let agent = p.script(
+        "agent.sh",
+        r#"[ "$1" = verify ] && echo '{"pass": false, "score": 0.5}'; true"#,
+    );
+    for l in ["a", "b"] {
+        p.agent_loop(
+            l,
+            &agent,
+            "score_plateau_window = 100\nmax_iterations = 100",
+        );
+        p.run_json(l, &[]);
+    }
+    p
+}
+
+/// Replaces loop `name`'s state the way loopflow writes it (a new file renamed over the
+/// old one), its task now `task`.
+fn replace_state(p: &Project, name: &str, task: &str) {
+    let dir = p.loop_dir(name);
+    let mut v = p.state(name);
+    v["current_task"] = task.into();
+    let tmp = dir.join(".state.loop.swap");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    std::fs::rename(&tmp, dir.join(".state.loop")).unwrap();
+}
+
+/// Changes loops as ticks and people do: a tick of `a`, a new loop `new-N`, and `b`'s state
+/// replaced with task `task-N`; over two seconds at least (four polls of old).
+fn churn(p: &Project, n: u32) {
+    let start = Instant::now();
+    p.run_json("a", &[]);
+    assert_eq!(p.create(&format!("new-{n}"), Some("t")).code, 0);
+    replace_state(p, "b", &format!("task-{n}"));
+    std::thread::sleep(Duration::from_secs(2).saturating_sub(start.elapsed()));
+}
+
+/// The dashboard's wake-ups so far (the context switches of its threads, summed), its CPU
+/// time in clock ticks (`/proc/<pid>/stat` utime + stime) and how many threads it has (the
+/// watcher's exists only while a client listens).
+fn wakes(d: &Dashboard) -> (u64, u64, usize) {
+    let proc = PathBuf::from(format!("/proc/{}", d.child.id()));
+    let (mut switches, mut threads) = (0, 0);
+    for t in std::fs::read_dir(proc.join("task"))
+        .expect("/proc")
+        .flatten()
+    {
+        let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
+            continue;
+        };
+        threads += 1;
+        for l in status.lines() {
+            if let Some(n) = l
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                switches += n.trim().parse::<u64>().expect("a count");
+            }
+        }
+    }
+    let stat = std::fs::read_to_string(proc.join("stat")).expect("stat");
+    // The fields after the command's closing parenthesis; utime and stime are the 14th
+    // and 15th of the line.
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let cpu = rest[11].parse::<u64>().unwrap() + rest[12].parse::<u64>().unwrap();
+    (switches, cpu, threads)
+}
+
+/// Waits until the dashboard has not woken for half a second (the last change taken in),
+/// or gives up after ten tries: one that never settles fails the measurement that follows,
+/// with its count.
+fn settle(d: &Dashboard) {
+    for _ in 0..10 {
+        let before = wakes(d).0;
+        std::thread::sleep(Duration::from_millis(500));
+        if wakes(d).0 == before {
+            return;
+        }
+    }
+}
+
+/// Whether an update's page order has loop `key`.
+fn has_loop(v: &Value, key: &str) -> bool {
+    v["order"]
+        .as_array()
+        .is_some_and(|o| o.iter().any(|n| n == key))
+}
+
+/// Whether an update carries `key`'s card with `text` in it.
+fn card_has(v: &Value, key: &str, text: &str) -> bool {
+    v["loops"][key].as_str().is_some_and(|c| c.contains(text))
+}
+
+#[test]
+fn with_no_client_the_dashboard_sleeps_while_loops_change() {
+    let p = two_loops();
+    let d = Dashboard::start(&p);
+    // A client comes and goes: the watching it started goes with it.
+    {
+        let (mut ev, _) = events_of(&d);
+        next_update(&mut ev, |_| true);
+        crate::support::wait_until("the watcher's thread", || wakes(&d).2 == 2);
+    }
+    crate::support::wait_until("the watcher to stop with its client", || wakes(&d).2 == 1);
+    settle(&d);
+    let before = wakes(&d);
+    churn(&p, 1);
+    let after = wakes(&d);
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2),
+        (0, 0, 1),
+        "with no client, while loops changed, the dashboard woke (context switches, CPU ticks, threads)"
+    );
+    // What changed is read when asked for.
+    let (_, _, body) = d.get("/api/status");
+    assert!(
+        body.contains("\"new-1\"") && body.contains("task-1"),
+        "{body}"
+    );
+
+    // With a client the same changes wake it (the count sees wake-ups) ...
+    let (mut ev, _) = events_of(&d);
+    next_update(&mut ev, |_| true);
+    let before = wakes(&d);
+    churn(&p, 2);
+    next_update(&mut ev, |v| card_has(v, "b", "task-2"));
+    assert!(wakes(&d).0 > before.0, "a change reached the client");
+    // ... and once they stop, it sleeps: nothing polls (the keepalive is 15 s away).
+    settle(&d);
+    let before = wakes(&d);
+    std::thread::sleep(Duration::from_secs(2));
+    let after = wakes(&d);
+    assert_eq!(
+        after.0 - before.0,
+        0,
+        "a watching dashboard woke with nothing changing"
+    );
+    assert!(!d.stderr().contains("polled"), "{}", d.stderr());
+}
+
+#[test]
+fn the_watcher_sees_ticks_new_and_deleted_loops_and_renamed_state_in_every_project() {
+    let p = two_loops();
+    // A second project with no loops yet, not even `.loopflow/`: watched through its
+    // directory until its loops directory appears.
+    let second = Project::new();
+    let label = |d: &Path| {
+        d.canonicalize()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (l1, l2) = (label(p.path()), label(second.path()));
+    let d = Dashboard::start_with(&p, &["--project", second.path().to_str().unwrap()]);
+    let (mut ev, _) = events_of(&d);
+    next_update(&mut ev, |v| has_loop(v, &format!("{l1}:b")));
+
+    // A tick: its TICK line and its card.
+    let a = format!("{l1}:a");
+    p.run_json("a", &[]);
+    let upd = next_update(&mut ev, |v| card_has(v, &a, "2 / 100"));
+    assert!(
+        upd["loops"][&format!("{l1}:b")].is_null(),
+        "only `a` changed"
+    );
+    // Its state replaced by a rename, as loopflow writes it.
+    let b = format!("{l1}:b");
+    replace_state(&p, "b", "renamed into place");
+    next_update(&mut ev, |v| card_has(v, &b, "renamed into place"));
+    // A loop created in the project that had none.
+    assert_eq!(second.create("fresh", Some("t")).code, 0);
+    let fresh = format!("{l2}:fresh");
+    next_update(&mut ev, |v| {
+        has_loop(v, &fresh) && v["loops"][&fresh].is_string()
+    });
+    // ... whose own files are then watched too.
+    replace_state(&second, "fresh", "seen in the new loop");
+    next_update(&mut ev, |v| card_has(v, &fresh, "seen in the new loop"));
+    // A loop deleted.
+    std::fs::remove_dir_all(p.loop_dir("b")).unwrap();
+    next_update(&mut ev, |v| has_loop(v, &a) && !has_loop(v, &b));
+    assert!(!d.stderr().contains("polled"), "{}", d.stderr());
+}
+
+#[test]
+fn where_the_kernel_cannot_tell_it_polls_only_while_a_client_listens() {
+    let p = two_loops();
+    let mut cmd = p.lf_cmd(&["dashboard", "--port", "0"]);
+    cmd.env(POLL_ENV, "1");
+    let d = Dashboard::spawn(cmd);
+    settle(&d);
+    let before = wakes(&d);
+    churn(&p, 1);
+    let after = wakes(&d);
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (0, 0),
+        "with no client the polling dashboard woke"
+    );
+    for round in 2..4 {
+        let (mut ev, _) = events_of(&d);
+        next_update(&mut ev, |v| has_loop(v, &format!("new-{}", round - 1)));
+        p.run_json("a", &[]);
+        let iter = format!("{} / 100", round + 1);
+        next_update(&mut ev, |v| card_has(v, "a", &iter));
+        assert_eq!(p.create(&format!("new-{round}"), None).code, 0);
+        next_update(&mut ev, |v| has_loop(v, &format!("new-{round}")));
+        // Nothing changes, and it wakes all the same: it polls.
+        let before = wakes(&d);
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(wakes(&d).0 >= before.0 + 2, "polling shows as wake-ups");
+    }
+    // Said once, though two clients started it.
+    let err = d.stderr();
+    assert_eq!(
+        err.matches(
+            "LOOPFLOW_DASHBOARD_POLL is set: the loops are polled every 500 ms while a page is open"
+        )
+        .count(),
+        1,
+        "{err}"
+    );
+}
+
+/// The kernel's limit on inotify watches, lowered for the dashboard alone: in a user
+/// namespace of its own (`/proc/sys/user/max_inotify_watches` is per namespace), where it
+/// may watch two directories and needs three.
+#[test]
+fn the_kernel_watch_limit_reached_falls_back_to_polling() {
+    let ok = Command::new("unshare")
+        .args(["--user", "--map-root-user", "true"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("NOTICE: skipping: no user namespaces here (unshare --user)");
+        return;
+    }
+    let p = two_loops();
+    let cmd = p.lf_cmd_via(
+        &[
+            "unshare",
+            "--user",
+            "--map-root-user",
+            "sh",
+            "-c",
+            r#"echo 2 > /proc/sys/user/max_inotify_watches && exec "$0" "$@""#,
+        ],
+        &["dashboard", "--port", "0"],
+    );
+    let d = Dashboard::spawn(cmd);
+    let (mut ev, _) = events_of(&d);
+    next_update(&mut ev, |v| has_loop(v, "b"));
+    p.run_json("a", &[]);
+    next_update(&mut ev, |v| card_has(v, "a", "2 / 100"));
+    assert_eq!(p.create("late", None).code, 0);
+    next_update(&mut ev, |v| has_loop(v, "late"));
+    let err = d.stderr();
+    assert!(
+        err.contains("the kernel's limit on watched directories is reached")
+            && err.contains("the loops are polled every 500 ms while a page is open"),
+        "{err}"
+    );
 }
