@@ -56,15 +56,25 @@ fn open_browser(url: &str) {
     }
 }
 
-/// Keeps the caches of the remote loops of `dirs` fresh (DESIGN §16): fetched now, then
-/// every 30 s in the background; the page follows the cache files as it follows any
-/// loop's.
+/// Keeps the caches of the remote loops of `dirs` fresh: fetched now, then every 30 s in
+/// the background; the page follows the cache files as it follows any loop's. Without a
+/// remote loop (those at the start) no thread runs: an idle dashboard never wakes.
 fn follow_remote_loops(dirs: Vec<std::path::PathBuf>) {
+    let remote: Vec<crate::state::LoopPaths> = dirs
+        .iter()
+        .flat_map(|d| {
+            crate::state::list_loops(d)
+                .into_iter()
+                .map(move |n| crate::state::LoopPaths::new(d, &n))
+        })
+        .filter(crate::remote::human::is_remote)
+        .collect();
+    if remote.is_empty() {
+        return;
+    }
     let refresh = move || {
-        for dir in &dirs {
-            for n in crate::state::list_loops(dir) {
-                let _ = crate::remote::human::refresh_cache(&crate::state::LoopPaths::new(dir, &n));
-            }
+        for paths in &remote {
+            let _ = crate::remote::human::refresh_cache(paths);
         }
     };
     refresh();

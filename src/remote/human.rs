@@ -34,6 +34,11 @@ pub fn refresh(l: &RemoteLoop<'_>, sync: bool) -> Result<Snapshot, RemoteError> 
     Ok(snap)
 }
 
+/// Whether the loop's state of record lives in its repository (`[remote]`).
+pub fn is_remote(paths: &crate::state::LoopPaths) -> bool {
+    matches!(RemoteLoop::open(paths), Ok(Some(_)))
+}
+
 /// For the commands that only read (`status`, the dashboard): refreshes the cache of the
 /// loop at `paths` from its record when it is a remote loop whose tick is not running in
 /// this clone right now. `Ok(false)`: nothing to refresh (a local loop, a running tick,

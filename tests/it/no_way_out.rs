@@ -520,7 +520,7 @@ impl Holder {
         let script = p.write("holder.py", &format!("{PRELUDE}{HOLDER}"));
         let ready = p.join("holder.ready");
         if let Some(u) = user {
-            u.own_project(&p);
+            u.own_project(p);
         }
         let mut c = Command::new(PY);
         c.arg(&script).arg(&ready).current_dir(p.path());
