@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Module dependency report for src/: edges between top-level modules (from `crate::X`
 paths outside #[cfg(test)] blocks), the cycles among them, and non-test line counts.
-Usage: scripts/modgraph.py [--max-lines N]   (exit 1 on a cycle or an oversized file)"""
+Also: no module the executor reaches imports the notifier, the schedulers or `announce`.
+Usage: scripts/modgraph.py [--max-lines N]   (exit 1 on a cycle, an oversized file or an
+effect in the walk)"""
 import os, re, sys
 
 SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
@@ -92,6 +94,18 @@ if cycles:
         print("CYCLE:", " <-> ".join(c))
 else:
     print("no cycles between modules")
+# The walk computes, its driver acts: nothing the executor reaches runs a scheduler or a
+# notifier (the tick's driver does, after the walk, through `announce`).
+reach, todo = set(), ["exec"]
+while todo:
+    v = todo.pop()
+    if v not in reach:
+        reach.add(v)
+        todo.extend(edges.get(v, ()))
+for acting in ("notify", "schedule", "announce"):
+    if acting in reach:
+        bad = True
+        print(f"EFFECT IN THE WALK: the executor reaches `{acting}`")
 big = [(f, n) for f, n in sizes.items() if n > max_lines]
 for f, n in sorted(big, key=lambda x: -x[1]):
     bad = True

@@ -186,11 +186,39 @@ pub fn write_owned(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// a tick can tell the leftovers of a killed writer from a write in progress.
 pub const TEMP_PREFIX: &str = ".state.tmp";
 
+/// Replaces `path` (in `dir`) with `bytes` atomically: a reader sees the old file or the
+/// new one, never part of it, and after a crash the file is one or the other (the data
+/// and the directory entry are synced). The temp file is private (0600) and so is the
+/// result; loopflow's own state files are.
 pub fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!("{TEMP_PREFIX}.{}.", std::process::id()))
-        .tempfile_in(dir)?;
+    write_atomic_as(
+        dir,
+        path,
+        bytes,
+        &format!("{TEMP_PREFIX}.{}.", std::process::id()),
+        false,
+    )
+}
+
+/// The one atomic writer ([`write_atomic`]), its temp file named `prefix…` and, when
+/// `shared`, the result readable by everyone (0644: a page the user publishes).
+pub fn write_atomic_as(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    prefix: &str,
+    shared: bool,
+) -> io::Result<()> {
+    let mut tmp = tempfile::Builder::new().prefix(prefix).tempfile_in(dir)?;
     tmp.write_all(bytes)?;
+    #[cfg(unix)]
+    if shared {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    #[cfg(not(unix))]
+    let _ = shared;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     #[cfg(unix)]

@@ -9,6 +9,7 @@
 //! leaves `state`, `process`, `git`, `template`, `toml_read`, `fs_safe`, `diag`.
 //! `scripts/modgraph.py` checks that no two modules import each other.
 
+mod announce;
 mod blast;
 mod brakes;
 mod cli;

@@ -1,5 +1,5 @@
 //! A loop's life between ticks and at their ends: the commit that advances it, halts
-//! (one function, whatever the cause, and each one tells the installed schedule), the
+//! (one function, whatever the cause, each returning the announcement its caller makes), the
 //! count of aborted ticks, and the human's commands between ticks: approvals, a new
 //! task, closing, phase transitions. Everything that writes `.state.loop` goes through
 //! here, under the state lock.
@@ -37,11 +37,12 @@ pub enum TaskUpdate {
     Unreadable(Option<Task>),
 }
 
-/// The state after a commit, and the halt it set (if any).
+/// The state after a commit, and the halt it set (if any), to be announced.
 #[derive(Debug, Clone)]
 pub struct Committed {
     pub state: State,
     pub halted: Option<HaltReason>,
+    pub announce: Option<Announcement>,
 }
 
 /// What the tick knew at its start, to tell its own changes from anyone else's.
@@ -72,76 +73,66 @@ pub fn set_halt(s: &mut State, reason: HaltReason, detail: Option<String>) -> Op
     Some(h)
 }
 
-/// Says a halt happened: the `HALT` line, the installed schedule switched off (best
-/// effort: a halt stands whatever the scheduler says), and the human told through the
-/// loop's `[notify]` command (best effort too: a failing notifier only logs `WARN`).
-pub fn announce(
-    paths: &LoopPaths,
-    state: &State,
-    reason: &HaltReason,
-    detail: Option<&str>,
-) -> Result<(), StateError> {
-    let logged = log_halt(paths, reason, detail, false);
-    crate::schedule::disable_best_effort(paths);
-    crate::notify::at_halt(paths, state, reason, detail);
-    logged
+/// A halt to be announced: the `HALT` line, the installed schedule switched off, the
+/// human told through the loop's `[notify]` command. This module only says so; whoever
+/// drives the tick or the command performs it (the `announce` module), after the state write
+/// that set the halt — a process killed in between leaves a halt whose line is missing,
+/// which the next tick finds and announces ([`recover_halt`]).
+#[derive(Debug, Clone)]
+#[must_use = "a halt set is announced by its caller"]
+pub struct Announcement {
+    /// The state the halt was written into.
+    pub state: State,
+    pub reason: HaltReason,
+    pub detail: Option<String>,
+    /// Announced by a later tick (the one that set it was killed first).
+    pub recovered: bool,
 }
 
-/// The `HALT <reason> [detail=…] [recovered=true]` line.
-fn log_halt(
-    paths: &LoopPaths,
-    reason: &HaltReason,
-    detail: Option<&str>,
-    recovered: bool,
-) -> Result<(), StateError> {
-    let text = reason.to_string();
-    let mut args = vec![LogArg::Word(&text)];
-    if let Some(d) = detail {
-        args.push(LogArg::Kv("detail", d.to_string()));
+impl Announcement {
+    fn new(state: State, reason: HaltReason, detail: Option<&str>) -> Announcement {
+        Announcement {
+            state,
+            reason,
+            detail: detail.map(str::to_string),
+            recovered: false,
+        }
     }
-    if recovered {
-        args.push(LogArg::Kv("recovered", "true".into()));
-    }
-    paths.log(Event::Halt, &args)
 }
 
 /// A halt is written to the state first and announced after: a `loopflow run` killed in
 /// between leaves a halted loop whose `HALT` line was never logged, whose schedule still
-/// fires and whose human was never told. Called at the start of the next tick, under the
-/// tick lock: such a halt is announced then — its line (with `recovered=true`), the
-/// schedule's disabling, the notifier. A log whose tail cannot tell (rotated) is left
-/// alone, as [`LoopPaths::recover_tick_line`] leaves it.
-pub fn recover_halt(paths: &LoopPaths, state: &State) -> Result<(), StateError> {
-    let Some(h) = &state.halt else {
-        return Ok(());
-    };
+/// fires and whose human was never told. Asked at the start of the next tick, under the
+/// tick lock: such a halt is to be announced then, with `recovered=true`. A log whose tail
+/// cannot tell (rotated) is left alone, as [`LoopPaths::recover_tick_line`] leaves it.
+pub fn recover_halt(paths: &LoopPaths, state: &State) -> Option<Announcement> {
+    let h = state.halt.as_ref()?;
     if crate::state::log::halt_logged(&paths.log) != Some(false) {
-        return Ok(());
+        return None;
     }
-    let logged = log_halt(paths, &h.reason, h.detail.as_deref(), true);
-    crate::schedule::disable_best_effort(paths);
-    crate::notify::at_halt(paths, state, &h.reason, h.detail.as_deref());
-    logged
+    Some(Announcement {
+        state: state.clone(),
+        reason: h.reason.clone(),
+        detail: h.detail.clone(),
+        recovered: true,
+    })
 }
 
-/// Halts a loop (unless it is halted already), then [`announce`]s it. Only `approve`
-/// clears it. Returns whether this call set the halt.
+/// Halts a loop (unless it is halted already). Only `approve` clears it. Returns the
+/// halt to announce when this call set it.
 pub fn halt(
     paths: &LoopPaths,
     reason: HaltReason,
     detail: Option<&str>,
-) -> Result<bool, StateError> {
+) -> Result<Option<Announcement>, StateError> {
     let (state, set) = paths.update(|s| set_halt(s, reason.clone(), detail.map(str::to_string)))?;
-    if set.is_some() {
-        announce(paths, &state, &reason, detail)?;
-    }
-    Ok(set.is_some())
+    Ok(set.map(|_| Announcement::new(state, reason, detail)))
 }
 
 /// `loopflow halt --reason R`: a human's halt replaces whatever halt stood, except
 /// `closed` (a closed loop stays closed: halting and approving it must not reopen it).
-/// `None` when the loop is closed.
-pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<Option<HaltReason>, StateError> {
+/// `None` when the loop is closed; else the halt to announce.
+pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<Option<Announcement>, StateError> {
     let reason: HaltReason = text
         .replace(['\n', '\r'], " ")
         .parse()
@@ -161,15 +152,11 @@ pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<Option<HaltReason>, S
         });
         true
     })?;
-    if !set {
-        return Ok(None);
-    }
-    announce(paths, &state, &reason, None)?;
-    Ok(Some(reason))
+    Ok(set.then(|| Announcement::new(state, reason, None)))
 }
 
 /// Counts an aborted tick; `max` in a row halts the loop `human_intervention:harness_failing`.
-/// Returns the halt when it happened.
+/// Returns the halt to announce when it happened.
 pub fn count_abort(
     paths: &LoopPaths,
     start: &State,
@@ -177,7 +164,7 @@ pub fn count_abort(
     node: &str,
     reason: &Failure,
     note: Option<crate::state::AbortNote>,
-) -> Result<Option<HaltReason>, StateError> {
+) -> Result<Option<Announcement>, StateError> {
     let (state, _) = paths.update(|s| {
         s.last_abort = note;
         // Never below the count at tick start: an agent that rewrote the state file to
@@ -195,13 +182,12 @@ pub fn count_abort(
         "{} ticks aborted in a row; last: node {node} {reason}",
         state.consecutive_aborts
     );
-    halt(paths, why.clone(), Some(&detail))?;
-    Ok(Some(why))
+    halt(paths, why, Some(&detail))
 }
 
 /// The commit of a tick (DESIGN §8): iteration, timestamps, verdict, score history,
-/// spend, next task, in one atomic write under the state lock; then `TICK`, `TASK` and
-/// any `HALT` lines. The write starts from the state as the tick found it for every field
+/// spend, next task, in one atomic write under the state lock; then `TICK` and `TASK`
+/// lines, and any halt for the tick's driver to announce. The write starts from the state as the tick found it for every field
 /// only a tick may change, so rewriting the file mid-tick cannot lower the count, raise
 /// the caps, forge approvals or clear a halt: that halts `state_tampered`. Config changed
 /// during the tick halts `config_changed`; a goal met halts `goal_met`.
@@ -308,12 +294,13 @@ pub fn commit(
             );
         }
     }
-    if let Some((reason, detail)) = &halted {
-        let _ = announce(paths, &state, reason, detail.as_deref());
-    }
+    let announce = halted.as_ref().map(|(reason, detail)| {
+        Announcement::new(state.clone(), reason.clone(), detail.as_deref())
+    });
     Ok(Committed {
         state,
         halted: halted.map(|(r, _)| r),
+        announce,
     })
 }
 
@@ -441,14 +428,15 @@ pub fn apply_approval(s: &mut State, a: &Approve<'_>, head: Option<String>) -> O
     cleared
 }
 
-/// Clears the halt the human saw and/or extends the caps, recorded in state and log;
-/// re-enables a schedule a halt disabled. Only between ticks ([`Between`]).
+/// Clears the halt the human saw and/or extends the caps, recorded in state and log with
+/// `head`, the branch tip the human approved. Only between ticks ([`Between`]); the
+/// command re-enables a schedule the halt disabled.
 pub fn approve(
     paths: &LoopPaths,
     _between: &Between,
     a: &Approve<'_>,
+    head: Option<String>,
 ) -> Result<Approved, StateError> {
-    let head = crate::review::approved_head(paths);
     let (state, cleared) = paths.update(|s| apply_approval(s, a, head))?;
     let mut args = vec![LogArg::Kv("by", a.by.to_string())];
     if let Some(n) = a.note {
@@ -473,7 +461,6 @@ pub fn approve(
         args.push(LogArg::Kv("reset_scores", "true".into()));
     }
     paths.log(Event::Approve, &args)?;
-    crate::schedule::enable_best_effort(paths);
     Ok(Approved { state, cleared })
 }
 
@@ -481,14 +468,11 @@ pub fn approve(
 pub struct ClosedLoop {
     /// The halt the close replaced, if the loop was halted.
     pub was: Option<HaltReason>,
-    /// What uninstalling the installed schedule said (one line each), or why it failed;
-    /// `None` when none was installed.
-    pub schedule: Option<Result<Vec<String>, crate::schedule::ScheduleError>>,
 }
 
 /// `loopflow close`: a human accepts the loop's work and ends it. The `closed` halt
-/// replaces any other and `approve` never clears it; the schedule is uninstalled (a
-/// closed loop has nothing left to tick). Logged `CLOSE by=… [note=…] [was=<halt>]`; no
+/// replaces any other and `approve` never clears it; the command uninstalls the schedule
+/// (a closed loop has nothing left to tick). Logged `CLOSE by=… [note=…] [was=<halt>]`; no
 /// notifier runs (the human is the one who closed it). `None` when it was closed already.
 pub fn close(
     paths: &LoopPaths,
@@ -526,16 +510,7 @@ pub fn close(
         args.push(LogArg::Kv("was", w.to_string()));
     }
     paths.log(Event::Close, &args)?;
-    let schedule = crate::schedule::read_record(paths).map(|_| {
-        let done = crate::schedule::uninstall(paths);
-        let mut args = vec![LogArg::Kv("uninstalled", done.is_ok().to_string())];
-        if let Err(e) = &done {
-            args.push(LogArg::Kv("reason", e.to_string()));
-        }
-        let _ = paths.log(Event::Schedule, &args);
-        done
-    });
-    Ok(Some(ClosedLoop { was, schedule }))
+    Ok(Some(ClosedLoop { was }))
 }
 
 /// What `task` did: the task it replaced, and whether the text changed.

@@ -9,6 +9,7 @@ use super::{loop_paths, report};
 use crate::exit;
 use crate::lifecycle::{Between, HumanError};
 use crate::out::{self, outln};
+use crate::state::{Event, LogArg};
 use crate::tick::RunError;
 
 #[derive(Args, Debug)]
@@ -53,6 +54,16 @@ pub fn close(project: &Path, a: CloseArgs) -> i32 {
         outln!("loop {name} is already closed; nothing changed");
         return exit::OK;
     };
+    // A closed loop has nothing left to tick: its schedule goes.
+    let schedule = crate::schedule::read_record(&paths).map(|_| {
+        let done = crate::schedule::uninstall(&paths);
+        let mut args = vec![LogArg::Kv("uninstalled", done.is_ok().to_string())];
+        if let Err(e) = &done {
+            args.push(LogArg::Kv("reason", e.to_string()));
+        }
+        let _ = paths.log(Event::Schedule, &args);
+        done
+    });
     outln!(
         "closed loop {name}: its work is accepted and it ticks no more{}",
         c.was
@@ -60,7 +71,7 @@ pub fn close(project: &Path, a: CloseArgs) -> i32 {
             .map(|w| format!(" (it was halted {})", out::printable(&w.to_string())))
             .unwrap_or_default()
     );
-    match &c.schedule {
+    match &schedule {
         None => outln!("no schedule was installed"),
         Some(Ok(said)) => {
             for l in said {

@@ -197,7 +197,11 @@ pub fn halt(project: &Path, a: HaltArgs) -> i32 {
     // A human may always stop a loop, even during a tick (whose settle keeps the halt);
     // a remote loop's halt goes to its record.
     let halted = super::remote::write(&paths, Guard::AllowLease, false, || {
-        crate::lifecycle::human_halt(&paths, &a.reason)
+        let set = crate::lifecycle::human_halt(&paths, &a.reason)?;
+        if let Some(x) = &set {
+            crate::announce::announce(&paths, x)?;
+        }
+        Ok(set.map(|x| x.reason))
     });
     let halted = match halted {
         Ok(h) => h,
@@ -340,7 +344,11 @@ pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
     // A remote loop: one read-modify-write of its record, refused while any runner holds
     // its lease, as the lock refuses it here.
     let approved = super::remote::write(&paths, Guard::RefuseLease, true, || {
-        crate::lifecycle::approve(&paths, &between, &approval)
+        let head = crate::review::approved_head(&paths);
+        let approved = crate::lifecycle::approve(&paths, &between, &approval, head)?;
+        // A schedule the halt switched off runs again.
+        crate::schedule::enable_best_effort(&paths);
+        Ok(approved)
     });
     let approved = match approved {
         Ok(Ok(x)) => x,

@@ -24,20 +24,10 @@ pub struct ReportArgs {
     pub all: bool,
 }
 
-/// Pages are for people and web servers to read: 0644, not a temp file's 0600.
-#[cfg(unix)]
-fn readable(f: &std::fs::File) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    f.set_permissions(std::fs::Permissions::from_mode(0o644))
-}
-
-#[cfg(not(unix))]
-fn readable(_: &std::fs::File) -> std::io::Result<()> {
-    Ok(())
-}
-
 /// Writes `bytes` to `path`: through it when it is not a regular file (a device such as
-/// `/dev/stdout`, a FIFO, a symlink someone placed on purpose), else by atomic replace.
+/// `/dev/stdout`, a FIFO, a symlink someone placed on purpose), else by atomic replace,
+/// readable by everyone (pages are for people and web servers: 0644, not a temp file's
+/// 0600).
 fn write_page(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let through = std::fs::symlink_metadata(path)
         .is_ok_and(|m| m.file_type().is_symlink() || !m.file_type().is_file());
@@ -52,14 +42,7 @@ fn write_page(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".loopflow-report")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    readable(tmp.as_file())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    crate::fs_safe::write_atomic_as(dir, path, bytes, ".loopflow-report", true)
 }
 
 pub fn report(project: &Path, a: ReportArgs) -> i32 {

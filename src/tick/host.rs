@@ -62,6 +62,8 @@ pub(super) struct Tick<'a> {
     pub baseline: Option<Result<crate::node::Baseline, crate::node::BaselineError>>,
     /// What the nodes that ended so far produced, for the brakes between nodes.
     pub settled: Mutex<Vec<NodeOutput>>,
+    /// Halts the walk's commit set, for the driver to announce once the walk is over.
+    pub announcements: Mutex<Vec<crate::lifecycle::Announcement>>,
     /// A remote loop's hold on its record: spend is checkpointed to it after each node.
     pub remote: Option<&'a crate::remote::tick::Session<'a>>,
 }
@@ -156,6 +158,14 @@ impl<'a> Tick<'a> {
     }
 
     /// Runs the tick's nodes (unless something stops it first) and settles the end.
+    /// The halts the walk set, to be announced (each once).
+    pub(super) fn take_announcements(&self) -> Vec<crate::lifecycle::Announcement> {
+        self.announcements
+            .lock()
+            .map(|mut q| std::mem::take(&mut *q))
+            .unwrap_or_default()
+    }
+
     pub fn execute(
         &self,
         scope: &TickScope<'_>,
@@ -487,7 +497,7 @@ impl Host for Tick<'_> {
 
     fn commit(&self, delta: Delta) -> Result<Committed, StateError> {
         self.halts.look(self.paths);
-        crate::lifecycle::commit(
+        let mut c = crate::lifecycle::commit(
             self.paths,
             &TickStart {
                 state: self.state,
@@ -498,7 +508,14 @@ impl Host for Tick<'_> {
             },
             &delta,
             self.loaded.config.brakes.score_plateau_window,
-        )
+        )?;
+        // Announced by the driver once the walk is over (`settle`), never from inside it.
+        if let Some(a) = c.announce.take()
+            && let Ok(mut q) = self.announcements.lock()
+        {
+            q.push(a);
+        }
+        Ok(c)
     }
 
     fn cancelled(&self) -> bool {

@@ -20,10 +20,10 @@ pub(crate) mod confine;
 mod guard;
 mod host;
 mod settle;
+mod steps;
 mod trace;
 mod worktree;
 
-use confine::Confinement;
 use host::Tick;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -463,7 +463,10 @@ fn lock(paths: &LoopPaths) -> Result<Option<TickLock>, StateError> {
     Ok(None)
 }
 
-/// The tick, once its lock is held (and, for a remote loop, its lease: `remote`).
+/// The tick, once its lock is held (and, for a remote loop, its lease: `remote`), as its
+/// steps: [`steps::open`] the state, [`steps::load`] the config and pipeline,
+/// [`steps::prepare`] the worktree and the sandbox, evaluate the gate, walk the pipeline
+/// and settle how it ended ([`Tick::execute`]), then [`steps::finish`].
 fn run_locked(
     paths: &LoopPaths,
     ledger: &crate::state::Ledger,
@@ -473,105 +476,18 @@ fn run_locked(
     cancel: &AtomicBool,
     remote: Option<&crate::remote::tick::Session<'_>>,
 ) -> Result<Summary, RunError> {
-    let base = std::env::current_dir().unwrap_or_else(|_| paths.project.clone());
-    // Taken before the read: whatever changes the file after it is looked at again.
-    let mut stamp = guard::stamp_now(paths);
-    let mut state = match paths.load() {
-        Ok(s) => s,
-        Err(e) => {
-            if !opts.dry_run {
-                let _ = paths.log(
-                    Event::Error,
-                    &[LogArg::Kv("reason", "state_unreadable".into())],
-                );
-            }
-            return Err(e.into());
-        }
-    };
-    if let Err(e) = paths.owns(&state) {
-        if !opts.dry_run {
-            let _ = paths.log(
-                Event::Error,
-                &[LogArg::Kv("reason", "state_of_another_loop".into())],
-            );
-        }
-        return Err(e.into());
-    }
-    if !opts.dry_run {
-        paths.recover_tick_line(&state)?;
-        crate::lifecycle::recover_halt(paths, &state)?;
-    }
-    let loaded = match crate::load::load(paths, opts.pipeline.as_deref(), &base) {
-        Ok(l) => l,
-        Err(e) => {
-            if !opts.dry_run && matches!(e, LoadError::Config(_)) {
-                let _ = paths.log(
-                    Event::Error,
-                    &[LogArg::Kv("reason", "invalid_config".into())],
-                );
-            }
-            return Err(e.into());
-        }
-    };
-    let cwd = crate::work_source::loop_cwd(&loaded.config, paths);
-    if let Err(e) = crate::state::text_path(&paths.dir).and(crate::state::text_path(&cwd)) {
-        if !opts.dry_run {
-            let _ = paths.log(
-                Event::Error,
-                &[LogArg::Kv("reason", "path_not_utf8".into())],
-            );
-        }
-        return Err(e.into());
-    }
-    let ready = worktree::prepare(paths, &loaded.config, opts.dry_run)?;
-    if ready.moved {
-        // The move recorded the worktree's new place in the state: that is where this
-        // tick starts from.
-        stamp = guard::stamp_now(paths);
-        state = paths.load()?;
-    }
-    let tmp = paths.tick_tmp();
-    // Per loop: with worktrees off, several loops share the project as working directory.
-    let output_dir = cwd.join(OUTPUT_DIR).join(&paths.name);
-    if !opts.dry_run {
-        prepare_dirs(paths, &tmp, &output_dir, &cwd)?;
-    }
-    let confine = Confinement::new(&loaded.config, &paths.project, &cwd, &tmp, &paths.outputs);
-    // Audit commands run confined too (in a dry run they do not run at all); only an
-    // audit work source spawns anything at the gate, so only it pays for a ruleset.
-    let audits = matches!(
-        loaded.config.work_source,
-        crate::config::WorkSource::Audit { .. }
-    );
-    let audit_box = if opts.dry_run || !audits {
-        None
-    } else {
-        // It runs in the worktree, or in the project before the worktree exists: it may
-        // read where it runs.
-        let at = crate::work_source::loop_cwd(&loaded.config, paths);
-        let at = if at.is_dir() {
-            at
-        } else {
-            paths.project.clone()
-        };
-        let mut read = vec![at.clone()];
-        if let crate::config::WorkSource::Audit { command } = &loaded.config.work_source
-            && let Some(program) = command.first()
-        {
-            // A relative path runs from where the audit runs; a bare name from PATH.
-            let program = match program.text.contains('/') {
-                true => at.join(&program.text).to_string_lossy().into_owned(),
-                false => program.text.clone(),
-            };
-            let path = std::env::var_os("PATH");
-            read.extend(confine::install_prefix(
-                &program,
-                path.as_deref(),
-                &paths.project,
-            ));
-        }
-        confine.prepare_with(&[], &read, None).ok().flatten()
-    };
+    let opened = steps::open(paths, opts)?;
+    let (loaded, cwd) = steps::load(paths, opts)?;
+    let prepared = steps::prepare(paths, opts, &loaded, &cwd, opened)?;
+    let steps::Prepared {
+        stamp,
+        state,
+        ready,
+        tmp,
+        output_dir,
+        confine,
+        audit_box,
+    } = prepared;
     let work = WorkSourceReader::new(&loaded.config, &state, paths, opts.dry_run)
         .confined(audit_box.as_ref());
     let copy = match &ready.place {
@@ -636,6 +552,7 @@ fn run_locked(
             )
         }),
         settled: Default::default(),
+        announcements: Default::default(),
         remote,
     };
     let hb = crate::template::engine();
@@ -645,95 +562,12 @@ fn run_locked(
     }
     crate::process::become_subreaper();
     let result = tick.execute(&scope, opts.parallel, repaired);
-    empty_dir(&tmp, None);
-    // Whatever its agents did to the worktree's `.git`, the human's own git there (and
-    // the next tick's) finds the loop's repository.
-    if let Some(c) = &copy
-        && let Ok((_, true)) = c.open()
-    {
-        let _ = paths.log(
-            Event::Warn,
-            &[LogArg::Kv(
-                "msg",
-                format!(
-                    "{}/.git named another repository at the tick's end; it names the loop's own again",
-                    c.work_tree.display()
-                ),
-            )],
-        );
-    }
+    steps::finish(paths, &tmp, copy.as_ref());
     result
 }
 
 /// Where agents write their `{{output}}` files, inside their working directory.
 pub use crate::blast::OUTPUT_DIR;
-
-/// The tick's own directories: `outputs/`, its private `TMPDIR` (emptied: a killed tick
-/// leaves its files, and anything else under `tmp/` goes), and the `{{output}}` directory
-/// in the working directory, which ignores itself so `git status` and `git-commit` never
-/// see it.
-fn prepare_dirs(paths: &LoopPaths, tmp: &Path, out: &Path, cwd: &Path) -> Result<(), StateError> {
-    let io = |p: &Path| {
-        let p = p.to_path_buf();
-        move |source| StateError::Io { path: p, source }
-    };
-    if !std::fs::symlink_metadata(&paths.outputs).is_ok_and(|m| m.is_dir()) {
-        std::fs::create_dir_all(&paths.outputs).map_err(io(&paths.outputs))?;
-    }
-    if let Some(root) = tmp.parent() {
-        empty_dir(root, tmp.file_name());
-    }
-    if !empty_dir(tmp, None) {
-        std::fs::create_dir_all(tmp).map_err(io(tmp))?;
-    }
-    if cwd.is_dir() {
-        // `<cwd>/.loopflow-out/<loop>/`: never through a link an agent planted, and
-        // emptied of the last tick's files (empty_dir follows no link).
-        let root = out.parent().unwrap_or(out);
-        if std::fs::symlink_metadata(root).is_ok_and(|m| !m.is_dir()) {
-            let _ = std::fs::remove_file(root);
-        }
-        if !empty_dir(out, None) {
-            std::fs::create_dir_all(out).map_err(io(out))?;
-        }
-        let ignore = root.join(".gitignore");
-        let ignored = || std::fs::read(&ignore).ok().as_deref() == Some(b"*\n");
-        // Another loop sharing the working directory may be writing it right now.
-        if !ignored() && crate::fs_safe::write_owned(&ignore, b"*\n").is_err() && !ignored() {
-            return Err(StateError::Io {
-                path: ignore,
-                source: std::io::Error::other("cannot write the output directory's .gitignore"),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Removes everything in directory `dir` but the entry named `keep`, best effort, never
-/// through a symlink; something at `dir` that is not a directory is removed. Whether a
-/// directory is there now.
-fn empty_dir(dir: &Path, keep: Option<&std::ffi::OsStr>) -> bool {
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            let _ = std::fs::remove_file(dir);
-            return false;
-        }
-        Err(_) => return false,
-    }
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if keep.is_some_and(|k| k == e.file_name()) {
-            continue;
-        }
-        let p = e.path();
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            let _ = std::fs::remove_dir_all(&p);
-        } else {
-            let _ = std::fs::remove_file(&p);
-        }
-    }
-    true
-}
 
 /// How many ticks run in this process (more than one only in a daemon).
 static ACTIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -11,6 +11,10 @@ use crate::state::{Event, LogArg, StateError};
 impl Tick<'_> {
     /// Says how the tick ended: the log line, the halt, the abort count.
     pub(super) fn settle(&self, w: Walked) -> Result<Summary, RunError> {
+        // What the walk's commit decided, performed now that the walk is over.
+        for a in self.take_announcements() {
+            let _ = crate::announce::announce(self.paths, &a);
+        }
         let mut summary = self.summary(&w);
         if let Some((state, halted)) = &w.committed {
             self.after_commit(&w.end, state.iteration_count, halted.clone(), &mut summary)?;
@@ -217,7 +221,7 @@ impl Tick<'_> {
                             .map(|p| p.display().to_string())
                             .collect(),
                     };
-                    if let Some(h) = crate::lifecycle::count_abort(
+                    if let Some(a) = crate::lifecycle::count_abort(
                         paths,
                         self.state,
                         max,
@@ -225,8 +229,9 @@ impl Tick<'_> {
                         &reason,
                         Some(note),
                     )? {
+                        crate::announce::announce(paths, &a)?;
                         summary.outcome = Outcome::Halt;
-                        summary.reason = Some(h.to_string());
+                        summary.reason = Some(a.reason.to_string());
                     }
                 }
             }
@@ -251,7 +256,8 @@ impl Tick<'_> {
         detail: Option<&str>,
         summary: &mut Summary,
     ) -> Result<(), StateError> {
-        if crate::lifecycle::halt(self.paths, reason.clone(), detail)? {
+        if let Some(a) = crate::lifecycle::halt(self.paths, reason.clone(), detail)? {
+            crate::announce::announce(self.paths, &a)?;
             summary.outcome = Outcome::Halt;
             summary.reason = Some(reason.to_string());
             return Ok(());

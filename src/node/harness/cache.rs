@@ -240,10 +240,6 @@ pub fn store(ctx: &NodeCtx<'_>, role: &str, key: &str, stdout: Option<&Path>) {
     let Ok(json) = serde_json::to_string(&cache) else {
         return;
     };
-    if let Ok(mut tmp) = tempfile::NamedTempFile::new_in(dir) {
-        use std::io::Write;
-        if tmp.write_all(json.as_bytes()).is_ok() && tmp.as_file().sync_all().is_ok() {
-            let _ = tmp.persist(&path);
-        }
-    }
+    // Best effort: a cache that cannot be written is only a cache missed next time.
+    let _ = crate::fs_safe::write_atomic(dir, &path, json.as_bytes());
 }
