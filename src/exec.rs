@@ -466,3 +466,7 @@ pub fn dry_run(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host) -> Vec<DryN
     }
     lines
 }
+
+#[cfg(test)]
+#[path = "exec_tests.rs"]
+mod tests;
