@@ -37,6 +37,8 @@ struct Fake {
     /// `before_node` calls so far, and the call (counted from 1) that is stopped.
     befores: AtomicUsize,
     stop_at: Option<(usize, Stop)>,
+    /// This node's spawn panics.
+    panic_in: Option<&'static str>,
     /// These nodes' spawns wait for one another (up to 5 s): whether all of them met.
     meet: Option<(&'static [&'static str], Mutex<usize>, Condvar)>,
     met: AtomicBool,
@@ -88,6 +90,7 @@ impl Host for Fake {
             .lock()
             .unwrap()
             .push((node.to_string(), spawn.timeout));
+        assert!(self.panic_in != Some(node), "the host failed inside {node}");
         self.rendezvous(node);
         if self.cancel_in == Some(node) {
             self.cancel.store(true, Ordering::SeqCst);
@@ -653,4 +656,29 @@ fn a_gate_that_skips_or_halts_ends_the_walk_there() {
         w.end
     );
     assert_eq!(w.status, [Halted, NotRun, NotRun, NotRun]);
+}
+
+#[test]
+fn a_node_that_panics_in_a_parallel_wave_fails_itself_alone() {
+    let p = load(
+        "[nodes.a]\nkind=\"command\"\nargv=[\"a\"]\n\
+         [nodes.b]\nkind=\"command\"\nargv=[\"b\"]\nneeds=[\"a\"]\n\
+         [nodes.c]\nkind=\"command\"\nargv=[\"c\"]\nneeds=[\"a\"]\n\
+         [nodes.commit]\nkind=\"commit\"\nneeds=[\"b\", \"c\"]\n",
+    );
+    let host = Fake {
+        panic_in: Some("c"),
+        ..Fake::default()
+    };
+    let w = walk_with(&p, &host, GateVerdict::Pass, true);
+    assert_abort(&w.end, "c", Failure::Panic);
+    assert_eq!(
+        statuses(&p, &w),
+        [
+            ("a", Passed),
+            ("b", Passed),
+            ("c", Failed),
+            ("commit", NotRun)
+        ]
+    );
 }
