@@ -568,3 +568,7 @@ impl<'a> View<'a> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "check_tests.rs"]
+mod tests;
