@@ -255,3 +255,10 @@ fn a_cycle_still_gets_its_names_checked() {
         "{got:#?}"
     );
 }
+
+#[test]
+fn no_commit_skips_a_header_quoted_in_a_comment() {
+    let text = "# like [nodes.x] below\n[nodes.g]\nkind=\"gate\"\n";
+    let d = one(text, Code::NoCommit, "[nodes.g]", (2, 1));
+    assert_eq!(d.span, 23..32);
+}
