@@ -259,11 +259,13 @@ pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool
                         })
                     })
                     .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
+                // A node whose thread panicked fails as itself, not as node 0.
+                to_run
+                    .iter()
+                    .zip(handles)
+                    .map(|((v, _), h)| {
                         h.join().unwrap_or_else(|_| {
-                            (0, NodeRun::fail(Failure::Panic), Timing::default())
+                            (*v, NodeRun::fail(Failure::Panic), Timing::default())
                         })
                     })
                     .collect()
@@ -466,3 +468,7 @@ pub fn dry_run(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host) -> Vec<DryN
     }
     lines
 }
+
+#[cfg(test)]
+#[path = "exec_tests.rs"]
+mod tests;

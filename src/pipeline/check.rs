@@ -151,11 +151,18 @@ impl<'a> View<'a> {
         // A node whose kind did not parse might have been the commit: say nothing then.
         let broken_kind = self.nodes.iter().any(|n| n.kind == "?");
         if commits.is_empty() && !self.nodes.is_empty() && !broken_kind {
-            let header = self
-                .source
-                .text
-                .find("[nodes")
-                .map(|s| s..s + self.source.text[s..].find(']').map_or(6, |e| e + 1))
+            // The first `[nodes…` that begins a line: not one in a comment before it.
+            let text = &self.source.text;
+            let header = text
+                .match_indices("[nodes")
+                .map(|(s, _)| s)
+                .find(|&s| {
+                    text[..s]
+                        .rsplit('\n')
+                        .next()
+                        .is_some_and(|l| l.trim().is_empty())
+                })
+                .map(|s| s..s + text[s..].find(']').map_or(6, |e| e + 1))
                 .unwrap_or(0..0);
             let last = dag
                 .order
@@ -568,3 +575,7 @@ impl<'a> View<'a> {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "check_tests.rs"]
+mod tests;
