@@ -133,6 +133,7 @@ impl Host for Fake {
         Ok(Committed {
             state,
             halted: None,
+            announce: None,
         })
     }
 

@@ -76,7 +76,8 @@ impl TickScope<'_> {
 /// Why the tick stops a node before it runs (the host's brakes between nodes).
 #[derive(Debug, Clone)]
 pub enum Stop {
-    /// The node fails with this reason (its `retries` and `on_failure` apply).
+    /// The node fails with this reason: its `on_failure` applies, its `retries` do not
+    /// (what stopped it stands for the rest of the tick).
     Fail(Failure),
     /// The loop halts here; nothing else runs.
     Halt(HaltReason, String),
