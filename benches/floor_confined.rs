@@ -19,6 +19,16 @@
 //! count; `--session` puts each child in a session of its own, as loopflow does, which
 //! costs a new scheduler autogroup: on a busy machine the child then waits for the CPU).
 
+// Test and benchmark code prints its reports, unwraps what must be there, reaches
+// libc for counters, and shares helpers between its own modules: the library's lints
+// (`[lints]` in Cargo.toml) are for the product.
+#![allow(
+    unreachable_pub,
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::undocumented_unsafe_blocks
+)]
+
 use std::ffi::CString;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

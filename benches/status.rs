@@ -14,6 +14,16 @@
 //! measures the reading and both commands at both sizes once, interleaved, and the
 //! median and spread are over the rounds.
 
+// Test and benchmark code prints its reports, unwraps what must be there, reaches
+// libc for counters, and shares helpers between its own modules: the library's lints
+// (`[lints]` in Cargo.toml) are for the product.
+#![allow(
+    unreachable_pub,
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::undocumented_unsafe_blocks
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;

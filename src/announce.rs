@@ -10,7 +10,7 @@ use crate::state::{Event, LogArg, LoopPaths, StateError};
 
 /// Announces `a`: its line, the schedule off, the notifier. The line's failure is
 /// returned after the rest was tried.
-pub fn announce(paths: &LoopPaths, a: &Announcement) -> Result<(), StateError> {
+pub(crate) fn announce(paths: &LoopPaths, a: &Announcement) -> Result<(), StateError> {
     let text = a.reason.to_string();
     let mut args = vec![LogArg::Word(&text)];
     if let Some(d) = &a.detail {

@@ -21,14 +21,14 @@ use crate::toml_read::Str;
 
 /// Where agents write their `{{output}}` files, in their working directory: git-ignored
 /// by a `.gitignore` of its own, never part of the work.
-pub const OUTPUT_DIR: &str = ".loopflow-out";
+pub(crate) const OUTPUT_DIR: &str = ".loopflow-out";
 
 /// Build output that a fresh project of its language would git-ignore (DESIGN §9): never
 /// committed as a loop's work — written to the loop repository's `info/exclude`, so git
 /// does not even list it — unless the blast radius `allow`s it by name
 /// ([`allowed_by_name`]). Only untracked files are kept out: what the project already
 /// tracks under these names is the project's.
-pub const BUILD_OUTPUT: &[&str] = &[
+pub(crate) const BUILD_OUTPUT: &[&str] = &[
     // Rust, Java (Maven)
     "target/",
     // Node
@@ -58,7 +58,7 @@ pub const BUILD_OUTPUT: &[&str] = &[
 /// Whether an `allow` glob names build-output `pattern`: a glob with a path component
 /// that is the directory's name (`dist/**`, `**/__pycache__/*`), or, for a file pattern
 /// (`*.pyc`), one that ends in it (`**/*.pyc`). `**` alone names nothing.
-pub fn allowed_by_name(pattern: &str, allow: &[String]) -> bool {
+pub(crate) fn allowed_by_name(pattern: &str, allow: &[String]) -> bool {
     match pattern.strip_suffix('/') {
         Some(dir) => allow
             .iter()
@@ -73,7 +73,7 @@ pub fn allowed_by_name(pattern: &str, allow: &[String]) -> bool {
     }
 }
 
-pub const ALWAYS_DENIED: &[&str] = &[
+pub(crate) const ALWAYS_DENIED: &[&str] = &[
     ".git",
     ".git/**",
     ".loopflow",
@@ -86,7 +86,7 @@ pub const ALWAYS_DENIED: &[&str] = &[
 
 /// Why a radius could not be built.
 #[derive(Debug, thiserror::Error)]
-pub enum RadiusError {
+pub(crate) enum RadiusError {
     #[error("{}: {source}", root.display())]
     Root {
         root: PathBuf,
@@ -99,7 +99,7 @@ pub enum RadiusError {
 
 /// Why a path is outside the radius (the message completes "refused: PATH: …").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error("outside the loop's root {} (resolves to {})", root.display(), resolved.display())]
     Outside { root: PathBuf, resolved: PathBuf },
     #[error("is the loop's root itself")]
@@ -110,7 +110,7 @@ pub enum Refusal {
     NotAllowed(String),
 }
 
-pub struct Radius {
+pub(crate) struct Radius {
     root: PathBuf,
     allow: Globs,
     allow_all: bool,
@@ -126,7 +126,7 @@ fn glob(pattern: &str) -> Result<Glob, globset::Error> {
 /// Whether `pattern` is a glob globset accepts: at once for the common shapes (segments
 /// of letters, digits, `.`, `_`, `-`, `*` and `?`, and `**` segments, which cannot be
 /// invalid), else by globset's own parser. `check` uses this too.
-pub fn validate_glob(pattern: &str) -> Result<(), globset::Error> {
+pub(crate) fn validate_glob(pattern: &str) -> Result<(), globset::Error> {
     if plainly_valid(pattern) {
         return Ok(());
     }
@@ -239,7 +239,7 @@ impl Globs {
 /// following every symlink where it stands (so `link/..` is the parent of the link's
 /// *target*, not lexically the directory holding the link), including a dangling symlink
 /// (writing through it creates its target). Parts that do not exist are taken lexically.
-pub fn resolve(path: &Path) -> PathBuf {
+pub(crate) fn resolve(path: &Path) -> PathBuf {
     let abs = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -281,7 +281,7 @@ fn resolve_in(abs: &Path, hops: usize) -> PathBuf {
 impl Radius {
     /// The radius rooted at `root` (resolved), from a loop's `allow` and `deny` globs;
     /// each glob set is compiled once, so checking a path costs one match per set.
-    pub fn new(
+    pub(crate) fn new(
         root: &Path,
         allow_globs: &[Str],
         deny_globs: &[Str],
@@ -309,12 +309,12 @@ impl Radius {
         })
     }
 
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// `Ok(relative path)` when `path` may be edited; otherwise why not.
-    pub fn check(&self, path: &Path) -> Result<PathBuf, Refusal> {
+    pub(crate) fn check(&self, path: &Path) -> Result<PathBuf, Refusal> {
         let resolved = resolve(path);
         let Ok(rel) = resolved.strip_prefix(&self.root) else {
             return Err(Refusal::Outside {

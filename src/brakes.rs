@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::config::LoopConfig;
 use crate::reason::{Budget, HaltReason, SkipReason, VerifierFailure};
 use crate::state::{LoopPaths, State};
-pub use crate::work_source::Task;
+pub(crate) use crate::work_source::Task;
 use crate::work_source::WorkSourceReader;
 
 #[derive(Debug, Clone, Serialize)]
@@ -58,7 +58,7 @@ fn fmt_num(n: f64) -> String {
 }
 
 /// Evaluates every check in DESIGN §6's order; the first failing one decides.
-pub fn evaluate(
+pub(crate) fn evaluate(
     config: &LoopConfig,
     state: &State,
     paths: &LoopPaths,
@@ -72,7 +72,7 @@ pub fn evaluate(
 
 /// [`evaluate`] with the worktree's [`Place`](crate::worktree::Place) its caller already
 /// found (`None`: worktrees off), so a tick looks at it once.
-pub fn evaluate_at(
+pub(crate) fn evaluate_at(
     config: &LoopConfig,
     state: &State,
     paths: &LoopPaths,
@@ -323,7 +323,7 @@ pub fn evaluate_at(
 }
 
 /// The presets a loop's roles run that know how their CLI reports a limit, each once.
-pub fn limited_presets(config: &LoopConfig) -> Vec<std::sync::Arc<crate::preset::Preset>> {
+pub(crate) fn limited_presets(config: &LoopConfig) -> Vec<std::sync::Arc<crate::preset::Preset>> {
     let mut out: Vec<std::sync::Arc<crate::preset::Preset>> = Vec::new();
     for role in config.roles.keys() {
         if let Some(p) = config.agent(role).def

@@ -6,7 +6,7 @@ use crate::state::{Event, LoopPaths, State, check_loop_name};
 
 /// A built-in loop template: its `loop.toml` and the files next to it (relative path,
 /// text): prompts, and a pipeline when the template has its own.
-pub struct Template {
+pub(crate) struct Template {
     pub name: &'static str,
     pub about: &'static str,
     pub loop_toml: &'static str,
@@ -26,7 +26,7 @@ macro_rules! tfile {
     };
 }
 
-pub const TEMPLATES: &[Template] = &[
+pub(crate) const TEMPLATES: &[Template] = &[
     Template {
         name: "default",
         about: "implement → verify → orchestrate on one task, with every brake",
@@ -86,7 +86,7 @@ pub const TEMPLATES: &[Template] = &[
 ];
 
 /// `name  about` for every built-in template, one per line.
-pub fn template_list() -> String {
+pub(crate) fn template_list() -> String {
     let w = TEMPLATES.iter().map(|t| t.name.len()).max().unwrap_or(0);
     TEMPLATES
         .iter()
@@ -94,7 +94,7 @@ pub fn template_list() -> String {
         .collect()
 }
 
-pub fn template(name: &str) -> Option<&'static Template> {
+pub(crate) fn template(name: &str) -> Option<&'static Template> {
     TEMPLATES.iter().find(|t| t.name == name)
 }
 
@@ -142,7 +142,7 @@ pub enum AgentChoice {
 }
 
 /// Refuses a preset name that is not shipped, naming the presets (and the one meant).
-pub fn check_preset(name: &str) -> Result<(), CreateError> {
+pub(crate) fn check_preset(name: &str) -> Result<(), CreateError> {
     let names = crate::preset::names();
     if names.contains(&name) {
         return Ok(());
@@ -366,7 +366,7 @@ fn start(
 
 /// A loop directory that holds configuration but was never started: a `loop.toml` (and
 /// prompts) committed to the repository, in a fresh clone or checkout.
-pub fn adoptable(paths: &LoopPaths) -> bool {
+pub(crate) fn adoptable(paths: &LoopPaths) -> bool {
     paths.config().is_file() && !paths.state.exists()
 }
 

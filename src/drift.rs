@@ -17,7 +17,7 @@ use crate::git::Repo;
 
 /// A doc whose recorded last read is older than the last change to its code.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Drift {
+pub(crate) struct Drift {
     /// The doc's path relative to the repository root.
     pub doc: String,
     pub describes: Vec<String>,
@@ -28,7 +28,7 @@ pub struct Drift {
 
 impl Drift {
     /// The task line an audit work source reads: JSON with `id` and `title`.
-    pub fn task_json(&self) -> String {
+    pub(crate) fn task_json(&self) -> String {
         let short = |s: &str| s.chars().take(10).collect::<String>();
         let title = match &self.last_read {
             None => format!(
@@ -50,7 +50,7 @@ impl Drift {
 }
 
 /// The markers of one doc: (describes, last-read-sha).
-pub fn markers(text: &str) -> (Vec<String>, Option<String>) {
+pub(crate) fn markers(text: &str) -> (Vec<String>, Option<String>) {
     let mut describes = Vec::new();
     let mut last_read = None;
     for line in text.lines().take(40) {
@@ -89,7 +89,7 @@ fn docs_under(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Every drifting doc under `dirs` (relative to `repo`, a git working tree), in path order.
-pub fn find(repo: &Path, dirs: &[String]) -> Result<Vec<Drift>, String> {
+pub(crate) fn find(repo: &Path, dirs: &[String]) -> Result<Vec<Drift>, String> {
     let checkout = Repo::checkout(repo)
         .map_err(|e| e.to_string())?
         .filter(|r| r.work_tree.is_some())

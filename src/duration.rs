@@ -7,7 +7,7 @@ use std::time::Duration;
 
 /// Why a duration does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DurationError {
+pub(crate) enum DurationError {
     #[error("empty duration")]
     Empty,
     #[error("`{0}` needs a unit (ms, s, m, h or d)")]
@@ -68,7 +68,7 @@ const UNITS: &[&str] = &[
 ];
 
 /// Parses a duration like `"90s"`, `"30m"`, `"1h30m"`, `"500ms"` or `"14d"`.
-pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let t = s.trim();
     if t.is_empty() {
         return Err(DurationError::Empty);
@@ -110,13 +110,13 @@ fn classify(t: &str) -> DurationError {
 }
 
 /// A duration as people write it, without spaces: `5m`, `1m30s`, `1h`, `500ms`.
-pub fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     let sd = jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::MAX);
     format!("{sd:#}").replace(' ', "")
 }
 
 /// Parses a `--max-age` like `14d`, `12h`, `30m`, `90s`, or plain seconds (`90`).
-pub fn parse_age(s: &str) -> Result<Duration, DurationError> {
+pub(crate) fn parse_age(s: &str) -> Result<Duration, DurationError> {
     let t = s.trim();
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return t

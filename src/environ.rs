@@ -12,7 +12,7 @@ use crate::config::{Network, SandboxConfig};
 /// locations (`CARGO_HOME`, …) and the TLS trust stores (`SSL_CERT_FILE`, …), which name
 /// files and directories, never credentials — without them an agent that honours them
 /// (OpenCode, cargo, a CLI behind a corporate CA) would look in the wrong place.
-pub const BASE: &[&str] = &[
+pub(crate) const BASE: &[&str] = &[
     "PATH",
     "HOME",
     "USER",
@@ -52,7 +52,7 @@ pub const BASE: &[&str] = &[
 /// The OpenTelemetry variables an agent that exports its own telemetry needs (its
 /// endpoint, protocol, service name, resource): passed, but never the `*_HEADERS` ones,
 /// which carry the backend's API key (`[sandbox] env` passes them on purpose).
-pub const OTEL: &str = "OTEL_*";
+pub(crate) const OTEL: &str = "OTEL_*";
 
 fn otel(name: &str) -> bool {
     matches(OTEL, name) && !name.ends_with("_HEADERS")
@@ -60,7 +60,7 @@ fn otel(name: &str) -> bool {
 
 /// The proxy variables: set to the tick's proxy under `network = "hosts"` (loopflow's own
 /// values never pass then), passed as they are otherwise.
-pub const PROXY: &[&str] = &[
+pub(crate) const PROXY: &[&str] = &[
     "HTTPS_PROXY",
     "https_proxy",
     "HTTP_PROXY",
@@ -72,7 +72,7 @@ pub const PROXY: &[&str] = &[
 ];
 
 /// Whether `name` matches `pattern` (`NAME`, or `PREFIX*`).
-pub fn matches(pattern: &str, name: &str) -> bool {
+pub(crate) fn matches(pattern: &str, name: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => name.starts_with(prefix),
         None => pattern == name,
@@ -81,7 +81,7 @@ pub fn matches(pattern: &str, name: &str) -> bool {
 
 /// The environment filter of one tick.
 #[derive(Debug, Clone)]
-pub struct Environ {
+pub(crate) struct Environ {
     /// `[sandbox] env`.
     loop_env: Vec<String>,
     /// `[sandbox] env = ["*"]`.
@@ -102,7 +102,7 @@ struct Split {
 }
 
 impl Environ {
-    pub fn new(sb: &SandboxConfig, proxied: bool) -> Environ {
+    pub(crate) fn new(sb: &SandboxConfig, proxied: bool) -> Environ {
         Environ {
             loop_env: sb.env.clone(),
             all: sb.env_all,
@@ -112,7 +112,7 @@ impl Environ {
     }
 
     /// Whether a process that may also see `extra` (its preset's `env`) sees `name`.
-    pub fn passes(&self, name: &str, extra: &[String]) -> bool {
+    pub(crate) fn passes(&self, name: &str, extra: &[String]) -> bool {
         // loopflow's own git credential (DESIGN §16) reaches no spawned process, whatever
         // `[sandbox] env` says: only loopflow's own git processes get it.
         if name == crate::git::remote::TOKEN_VAR || name == crate::git::remote::TOKEN_FILE_VAR {
@@ -131,7 +131,7 @@ impl Environ {
     }
 
     /// What of loopflow's environment a process with `extra` inherits.
-    pub fn pick(&self, extra: &[String]) -> Vec<(OsString, OsString)> {
+    pub(crate) fn pick(&self, extra: &[String]) -> Vec<(OsString, OsString)> {
         let split = self.split.get_or_init(|| {
             let (passed, rest) = std::env::vars_os()
                 .filter(|(k, _)| k.to_str().is_some())
@@ -151,7 +151,7 @@ impl Environ {
 
     /// The names a process with `extra` sees from loopflow's environment, sorted, and
     /// those it does not (for `--dry-run` and `check --explain`; values never).
-    pub fn names(&self, extra: &[String]) -> (Vec<String>, Vec<String>) {
+    pub(crate) fn names(&self, extra: &[String]) -> (Vec<String>, Vec<String>) {
         let mut seen = Vec::new();
         let mut withheld = Vec::new();
         for (k, _) in std::env::vars_os() {
@@ -170,7 +170,7 @@ impl Environ {
     /// The variables that some shipped preset reads for its key or endpoint
     /// ([`AGENT_VARS`]), set in loopflow's environment, and withheld from a process with
     /// `extra`: what an agent run by a `command` of the user's own most likely misses.
-    pub fn withheld_agent_vars(&self, extra: &[String]) -> Vec<String> {
+    pub(crate) fn withheld_agent_vars(&self, extra: &[String]) -> Vec<String> {
         AGENT_VARS
             .iter()
             .filter(|k| std::env::var_os(k).is_some() && !self.passes(k, extra))
@@ -183,7 +183,7 @@ impl Environ {
 /// not the presets parsed, because a tick asks at every spawn of a `command` agent and
 /// parsing the six presets was a third of a tick's instructions. A unit test keeps it
 /// equal to the presets.
-pub const AGENT_VARS: &[&str] = &[
+pub(crate) const AGENT_VARS: &[&str] = &[
     "AIDER_MODEL",
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
@@ -216,7 +216,7 @@ pub const AGENT_VARS: &[&str] = &[
 
 /// The proxy variables for a proxy at `addr`. No `NO_PROXY`: loopback goes through it
 /// like any host (a server of the user's on 127.0.0.1 is no less a way out).
-pub fn proxy_vars(addr: std::net::SocketAddr) -> Vec<(String, String)> {
+pub(crate) fn proxy_vars(addr: std::net::SocketAddr) -> Vec<(String, String)> {
     let url = format!("http://{addr}");
     PROXY
         .iter()

@@ -13,11 +13,11 @@ use crate::state::State;
 use crate::template;
 use crate::verdict::Verdict;
 
-pub use crate::node::Stop;
+pub(crate) use crate::node::Stop;
 
 /// Where the walk ended.
 #[derive(Debug, Clone)]
-pub enum End {
+pub(crate) enum End {
     /// Every node that could run ran.
     Done,
     Skip(SkipReason),
@@ -43,14 +43,14 @@ impl Timing {
 }
 
 /// Nanoseconds since the Unix epoch, now.
-pub fn unix_ns() -> u64 {
+pub(crate) fn unix_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// What the walk did, node by node.
-pub struct Walked {
+pub(crate) struct Walked {
     pub end: End,
     pub status: Vec<NodeStatus>,
     pub ms: Vec<u64>,
@@ -64,7 +64,7 @@ pub struct Walked {
 
 impl Walked {
     /// A walk of `n` nodes that ended before any ran.
-    pub fn ended(n: usize, end: End) -> Walked {
+    pub(crate) fn ended(n: usize, end: End) -> Walked {
         Walked {
             end,
             ..Walked::new(n)
@@ -84,7 +84,7 @@ impl Walked {
     }
 
     /// The verdict of the last node that produced one.
-    pub fn verdict(&self) -> Option<&Verdict> {
+    pub(crate) fn verdict(&self) -> Option<&Verdict> {
         self.outputs
             .iter()
             .flatten()
@@ -186,7 +186,7 @@ impl Frontier {
 }
 
 /// Walks `p` in topological order (in waves of independent nodes with `parallel`).
-pub fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool) -> Walked {
+pub(crate) fn walk(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host, parallel: bool) -> Walked {
     let index = Index::new(p);
     let mut w = Walked::new(p.nodes.len());
     let mut f = Frontier::new(p);
@@ -428,7 +428,7 @@ pub struct DryNode {
 
 /// Each node in order, with what it would do; nothing runs. Downstream nodes see
 /// placeholder outputs, so their templates render.
-pub fn dry_run(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host) -> Vec<DryNode> {
+pub(crate) fn dry_run(p: &Pipeline, scope: &TickScope<'_>, host: &dyn Host) -> Vec<DryNode> {
     let index = Index::new(p);
     let mut outputs: Vec<Option<NodeOutput>> = vec![None; p.nodes.len()];
     let mut lines = Vec::new();

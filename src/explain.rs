@@ -18,7 +18,7 @@ fn tilde(p: &std::path::Path) -> String {
 
 /// `check --explain`: each role's expanded argv (templates unrendered) and where its
 /// usage is read from.
-pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
+pub(crate) fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
     let mut out = format!("{}:\n", cfg.source.name);
     let sb = &cfg.sandbox;
     let environ = Environ::new(sb, sb.mode != SandboxMode::Off);
@@ -100,7 +100,7 @@ pub fn explain(cfg: &LoopConfig, pipeline: &Pipeline) -> String {
 
 /// What a tick's processes may write, read, reach and see, for `check --explain` and
 /// `run --dry-run` (names of variables only, never values).
-pub fn sandbox(cfg: &LoopConfig) -> String {
+pub(crate) fn sandbox(cfg: &LoopConfig) -> String {
     let sb = &cfg.sandbox;
     let environ = Environ::new(sb, sb.mode != SandboxMode::Off);
     let (sees, withheld) = environ.names(&[]);

@@ -10,21 +10,21 @@ use std::path::{Path, PathBuf};
 
 /// The most of a node's stdout the verdict parser reads: its last 1 MiB (the verdict is
 /// usually the last thing a verifier prints).
-pub const VERDICT_TAIL: u64 = 1 << 20;
+pub(crate) const VERDICT_TAIL: u64 = 1 << 20;
 
 /// The largest text file (a config, prompt, backlog, state, agent output file) loopflow
 /// reads whole.
-pub const TEXT_MAX: u64 = 16 << 20;
+pub(crate) const TEXT_MAX: u64 = 16 << 20;
 
 /// Opens `path` for reading without ever blocking, and only if it is a regular file: a
 /// FIFO an agent put in place of a prompt or the state would hang a plain `open`, and a
 /// device could be endless.
-pub fn open_regular(path: &Path) -> io::Result<File> {
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
     open_regular_len(path).map(|(f, _)| f)
 }
 
 /// [`open_regular`], with the file's length (from the same `fstat`).
-pub fn open_regular_len(path: &Path) -> io::Result<(File, u64)> {
+pub(crate) fn open_regular_len(path: &Path) -> io::Result<(File, u64)> {
     let mut o = OpenOptions::new();
     o.read(true);
     nonblocking(&mut o);
@@ -47,7 +47,12 @@ fn not_regular() -> io::Error {
 /// file grew: then on to the end or `cap`, as `read_to_end` would). A short read is never
 /// taken for the end, which some filesystems (FUSE direct I/O) return mid-file, and a
 /// file whose size says 0 (procfs) is still read to its end.
-pub fn read_capped(f: &mut impl Read, len: u64, cap: u64, out: &mut Vec<u8>) -> io::Result<()> {
+pub(crate) fn read_capped(
+    f: &mut impl Read,
+    len: u64,
+    cap: u64,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
     let fit = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     let want = fit(len.min(cap)).saturating_add(1).min(fit(cap));
     let start = out.len();
@@ -75,12 +80,12 @@ pub fn read_capped(f: &mut impl Read, len: u64, cap: u64, out: &mut Vec<u8>) -> 
 }
 
 /// Refuses anything but a regular file.
-pub fn regular(f: &File) -> io::Result<()> {
+pub(crate) fn regular(f: &File) -> io::Result<()> {
     regular_meta(&f.metadata()?)
 }
 
 /// [`regular`], from metadata already at hand.
-pub fn regular_meta(m: &std::fs::Metadata) -> io::Result<()> {
+pub(crate) fn regular_meta(m: &std::fs::Metadata) -> io::Result<()> {
     if m.is_file() {
         Ok(())
     } else {
@@ -89,7 +94,7 @@ pub fn regular_meta(m: &std::fs::Metadata) -> io::Result<()> {
 }
 
 /// Adds `O_NONBLOCK`: opening a FIFO never waits for its other end.
-pub fn nonblocking(o: &mut OpenOptions) -> &mut OpenOptions {
+pub(crate) fn nonblocking(o: &mut OpenOptions) -> &mut OpenOptions {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
@@ -99,7 +104,7 @@ pub fn nonblocking(o: &mut OpenOptions) -> &mut OpenOptions {
 }
 
 /// At most the first `cap` bytes of `path`.
-pub fn head(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn head(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let (mut f, len) = open_regular_len(path)?;
     let mut out = Vec::new();
     read_capped(&mut f, len, cap, &mut out)?;
@@ -107,7 +112,7 @@ pub fn head(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
 }
 
 /// At most the last `cap` bytes of `path`.
-pub fn tail(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn tail(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let (mut f, len) = open_regular_len(path)?;
     if len > cap {
         f.seek(SeekFrom::Start(len - cap))?;
@@ -118,7 +123,7 @@ pub fn tail(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
 }
 
 /// A whole text file, refused when it is larger than [`TEXT_MAX`] (or endless).
-pub fn read_to_string(path: &Path) -> io::Result<String> {
+pub(crate) fn read_to_string(path: &Path) -> io::Result<String> {
     let bytes = head(path, TEXT_MAX + 1)?;
     if bytes.len() as u64 > TEXT_MAX {
         return Err(io::Error::other(format!(
@@ -132,7 +137,7 @@ pub fn read_to_string(path: &Path) -> io::Result<String> {
 /// Adds `O_NOFOLLOW` and `O_NONBLOCK`: opening a path whose last component is a
 /// symlink fails (`ELOOP`), and opening a FIFO never waits. Callers then check that what
 /// they opened is a regular file ([`regular`]).
-pub fn nofollow(o: &mut OpenOptions) -> &mut OpenOptions {
+pub(crate) fn nofollow(o: &mut OpenOptions) -> &mut OpenOptions {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
@@ -143,7 +148,7 @@ pub fn nofollow(o: &mut OpenOptions) -> &mut OpenOptions {
 
 /// A file with a second name elsewhere (a hard link an agent planted) is not loopflow's
 /// to append to.
-pub fn refuse_hard_link_meta(m: &std::fs::Metadata) -> io::Result<()> {
+pub(crate) fn refuse_hard_link_meta(m: &std::fs::Metadata) -> io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
@@ -161,7 +166,7 @@ pub fn refuse_hard_link_meta(m: &std::fs::Metadata) -> io::Result<()> {
 /// Creates a file loopflow owns (a node's stdout, stderr, prompt) afresh: whatever sits at
 /// `path` (a planted symlink or hard link included) is unlinked first, then the file is
 /// created exclusively, so nothing outside the loop directory is ever truncated or written.
-pub fn create_owned(path: &Path) -> io::Result<File> {
+pub(crate) fn create_owned(path: &Path) -> io::Result<File> {
     let create = || nofollow(OpenOptions::new().write(true).create_new(true)).open(path);
     // Nearly always nothing is there: the exclusive create alone, and the unlink only
     // when it finds something.
@@ -178,13 +183,13 @@ pub fn create_owned(path: &Path) -> io::Result<File> {
 }
 
 /// [`create_owned`], then writes `bytes`.
-pub fn write_owned(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_owned(path: &Path, bytes: &[u8]) -> io::Result<()> {
     create_owned(path)?.write_all(bytes)
 }
 
 /// The temp files of [`write_atomic`] begin with this, then the writer's pid and a dot:
 /// a tick can tell the leftovers of a killed writer from a write in progress.
-pub const TEMP_PREFIX: &str = ".state.tmp";
+pub(crate) const TEMP_PREFIX: &str = ".state.tmp";
 
 /// Replaces `path` (in `dir`) with `bytes` atomically: a reader sees the old file or the
 /// new one, never part of it, and after a crash the file is one or the other (the data
@@ -202,7 +207,7 @@ pub fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> io::Result<()> {
 
 /// The one atomic writer ([`write_atomic`]), its temp file named `prefix…` and, when
 /// `shared`, the result readable by everyone (0644: a page the user publishes).
-pub fn write_atomic_as(
+pub(crate) fn write_atomic_as(
     dir: &Path,
     path: &Path,
     bytes: &[u8],
@@ -228,7 +233,7 @@ pub fn write_atomic_as(
 
 /// `a/./b/../c` → `a/c`: `.` removed and `..` resolved lexically, without touching the
 /// file system (for a path, or the part of one, that may not exist).
-pub fn normalize(p: &Path) -> PathBuf {
+pub(crate) fn normalize(p: &Path) -> PathBuf {
     use std::path::Component;
     let mut out = PathBuf::new();
     for c in p.components() {
@@ -263,6 +268,7 @@ mod tests {
             assert!(read_to_string(Path::new("/dev/zero")).is_err());
             let fifo = dir.path().join("fifo");
             let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+            // SAFETY: a NUL-terminated path that lives through the call.
             assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
             let e = read_to_string(&fifo).unwrap_err();
             assert!(e.to_string().contains("not a regular file"), "{e}");

@@ -6,7 +6,7 @@ use std::path::Path;
 
 /// Dollars: cents from $1 up, else two significant digits (at most four decimals), so a
 /// cheap tick still shows what it cost.
-pub fn usd(x: f64) -> String {
+pub(crate) fn usd(x: f64) -> String {
     if !x.is_finite() {
         return "$?".into();
     }
@@ -27,7 +27,7 @@ pub fn usd(x: f64) -> String {
 }
 
 /// A count with thousands separators: `12,345`.
-pub fn count(n: u64) -> String {
+pub(crate) fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
@@ -40,7 +40,7 @@ pub fn count(n: u64) -> String {
 }
 
 /// Seconds as `45s`, `12m 5s`, `3h 20m`.
-pub fn seconds(s: f64) -> String {
+pub(crate) fn seconds(s: f64) -> String {
     if !s.is_finite() || s < 0.0 {
         return "?".into();
     }
@@ -54,12 +54,12 @@ pub fn seconds(s: f64) -> String {
 }
 
 /// A verdict score with two decimals.
-pub fn score(x: f64) -> String {
+pub(crate) fn score(x: f64) -> String {
     format!("{x:.2}")
 }
 
 /// A word quoted for a POSIX shell when it needs it, so a printed command can be pasted.
-pub fn shell_word(w: &str) -> String {
+pub(crate) fn shell_word(w: &str) -> String {
     let plain = !w.is_empty()
         && w.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./:=@%+,".contains(c));
@@ -71,7 +71,7 @@ pub fn shell_word(w: &str) -> String {
 }
 
 /// `loopflow VERB --loop NAME --project DIR`: the command a human runs next.
-pub fn command(verb: &str, name: &str, project: &Path) -> String {
+pub(crate) fn command(verb: &str, name: &str, project: &Path) -> String {
     format!(
         "loopflow {verb} --loop {} --project {}",
         shell_word(name),

@@ -10,7 +10,7 @@ use crate::state::{Event, LogArg, LoopPaths, State, StateError, TickLock};
 use crate::worktree::Copy;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LandError {
+pub(crate) enum LandError {
     #[error(
         "refused: a tick of loop {0} is running; wait for it to end (`loopflow status`), then run this again"
     )]
@@ -66,7 +66,7 @@ fn indent(lines: &[String]) -> String {
 
 /// What `land` did.
 #[derive(Debug)]
-pub struct Landed {
+pub(crate) struct Landed {
     pub into: String,
     pub commits: usize,
     /// The checkout's new HEAD (`None`: nothing to land).
@@ -135,7 +135,7 @@ fn copy_of(
 
 /// Merges `loopflow/<name>` into the checkout's current branch (`--no-ff`, or one squash
 /// commit), then logs `LAND`.
-pub fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, LandError> {
+pub(crate) fn land(paths: &LoopPaths, state: &State, squash: bool) -> Result<Landed, LandError> {
     let (_lock, checkout, br, head_before) = prelude(paths, "land")?;
     let (_, copy) = copy_of(paths, state, &checkout)?;
     let into = checkout.current_branch().ok_or(LandError::Detached)?;
@@ -255,7 +255,7 @@ fn rebase_branch(
 
 /// What `discard` would do or did.
 #[derive(Debug)]
-pub struct Discard {
+pub(crate) struct Discard {
     pub branch: String,
     /// The commit the branch and worktree are reset to (the checkout's HEAD).
     pub to: String,
@@ -270,7 +270,7 @@ pub struct Discard {
 /// Resets `loopflow/<name>` and its worktree to the checkout's HEAD, dropping the loop's
 /// commits and uncommitted files (git-ignored files stay). With `yes` false it only says
 /// what it would do.
-pub fn discard(paths: &LoopPaths, state: &State, yes: bool) -> Result<Discard, LandError> {
+pub(crate) fn discard(paths: &LoopPaths, state: &State, yes: bool) -> Result<Discard, LandError> {
     let (_lock, checkout, br, to) = prelude(paths, "discard")?;
     let (copy, repo) = copy_of(paths, state, &checkout)?;
     let mut d = Discard {

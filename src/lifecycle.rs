@@ -46,7 +46,7 @@ pub struct Committed {
 }
 
 /// What the tick knew at its start, to tell its own changes from anyone else's.
-pub struct TickStart<'a> {
+pub(crate) struct TickStart<'a> {
     pub state: &'a State,
     /// The length of `.state.log` when the tick started: events after it are this tick's.
     pub log_start: u64,
@@ -59,7 +59,7 @@ pub struct TickStart<'a> {
 }
 
 /// Sets a halt unless the loop is already halted. Returns the halt it set.
-pub fn set_halt(s: &mut State, reason: HaltReason, detail: Option<String>) -> Option<Halt> {
+pub(crate) fn set_halt(s: &mut State, reason: HaltReason, detail: Option<String>) -> Option<Halt> {
     if s.halt.is_some() {
         return None;
     }
@@ -105,7 +105,7 @@ impl Announcement {
 /// fires and whose human was never told. Asked at the start of the next tick, under the
 /// tick lock: such a halt is to be announced then, with `recovered=true`. A log whose tail
 /// cannot tell (rotated) is left alone, as [`LoopPaths::recover_tick_line`] leaves it.
-pub fn recover_halt(paths: &LoopPaths, state: &State) -> Option<Announcement> {
+pub(crate) fn recover_halt(paths: &LoopPaths, state: &State) -> Option<Announcement> {
     let h = state.halt.as_ref()?;
     if crate::state::log::halt_logged(&paths.log) != Some(false) {
         return None;
@@ -120,7 +120,7 @@ pub fn recover_halt(paths: &LoopPaths, state: &State) -> Option<Announcement> {
 
 /// Halts a loop (unless it is halted already). Only `approve` clears it. Returns the
 /// halt to announce when this call set it.
-pub fn halt(
+pub(crate) fn halt(
     paths: &LoopPaths,
     reason: HaltReason,
     detail: Option<&str>,
@@ -132,7 +132,10 @@ pub fn halt(
 /// `loopflow halt --reason R`: a human's halt replaces whatever halt stood, except
 /// `closed` (a closed loop stays closed: halting and approving it must not reopen it).
 /// `None` when the loop is closed; else the halt to announce.
-pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<Option<Announcement>, StateError> {
+pub(crate) fn human_halt(
+    paths: &LoopPaths,
+    text: &str,
+) -> Result<Option<Announcement>, StateError> {
     let reason: HaltReason = text
         .replace(['\n', '\r'], " ")
         .parse()
@@ -157,7 +160,7 @@ pub fn human_halt(paths: &LoopPaths, text: &str) -> Result<Option<Announcement>,
 
 /// Counts an aborted tick; `max` in a row halts the loop `human_intervention:harness_failing`.
 /// Returns the halt to announce when it happened.
-pub fn count_abort(
+pub(crate) fn count_abort(
     paths: &LoopPaths,
     start: &State,
     max: u32,
@@ -191,7 +194,7 @@ pub fn count_abort(
 /// only a tick may change, so rewriting the file mid-tick cannot lower the count, raise
 /// the caps, forge approvals or clear a halt: that halts `state_tampered`. Config changed
 /// during the tick halts `config_changed`; a goal met halts `goal_met`.
-pub fn commit(
+pub(crate) fn commit(
     paths: &LoopPaths,
     start: &TickStart<'_>,
     delta: &Delta,
@@ -348,12 +351,12 @@ fn apply(s: &mut State, delta: &Delta, task: Option<&str>, window: usize) {
 /// dropped (a scheduled one logs `SKIP reason=locked`). An agent inside a tick can
 /// therefore never approve, extend, retask, close or delete its own loop, and a tick never
 /// starts on a state half-way through a human's change.
-pub struct Between {
+pub(crate) struct Between {
     _lock: crate::state::TickLock,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum HumanError {
+pub(crate) enum HumanError {
     #[error(
         "refused: a tick of loop {0} is running; `{1}` is a human's decision between ticks: run it again when the tick ends"
     )]
@@ -364,7 +367,7 @@ pub enum HumanError {
 
 impl Between {
     /// Takes the loop's tick lock for `verb`, without waiting.
-    pub fn take(paths: &LoopPaths, verb: &'static str) -> Result<Between, HumanError> {
+    pub(crate) fn take(paths: &LoopPaths, verb: &'static str) -> Result<Between, HumanError> {
         match paths.try_lock_tick()? {
             Some(lock) => Ok(Between { _lock: lock }),
             None => Err(HumanError::TickRunning(paths.name.clone(), verb)),
@@ -374,7 +377,7 @@ impl Between {
 
 /// A human's approval (D4).
 #[derive(Debug, Clone, Default)]
-pub struct Approve<'a> {
+pub(crate) struct Approve<'a> {
     pub by: &'a str,
     pub note: Option<&'a str>,
     pub extend: u64,
@@ -388,14 +391,18 @@ pub struct Approve<'a> {
 }
 
 /// What an approval did.
-pub struct Approved {
+pub(crate) struct Approved {
     pub state: State,
     pub cleared: Option<HaltReason>,
 }
 
 /// An approval's change to the state; returns the halt it cleared. [`approve`] writes it,
 /// and `approve` on the command line first looks at what the next tick would do after it.
-pub fn apply_approval(s: &mut State, a: &Approve<'_>, head: Option<String>) -> Option<HaltReason> {
+pub(crate) fn apply_approval(
+    s: &mut State,
+    a: &Approve<'_>,
+    head: Option<String>,
+) -> Option<HaltReason> {
     let clears = s.halt.is_some()
         && s.halt == a.clears
         && s.halt
@@ -431,7 +438,7 @@ pub fn apply_approval(s: &mut State, a: &Approve<'_>, head: Option<String>) -> O
 /// Clears the halt the human saw and/or extends the caps, recorded in state and log with
 /// `head`, the branch tip the human approved. Only between ticks ([`Between`]); the
 /// command re-enables a schedule the halt disabled.
-pub fn approve(
+pub(crate) fn approve(
     paths: &LoopPaths,
     _between: &Between,
     a: &Approve<'_>,
@@ -465,7 +472,7 @@ pub fn approve(
 }
 
 /// What `close` did.
-pub struct ClosedLoop {
+pub(crate) struct ClosedLoop {
     /// The halt the close replaced, if the loop was halted.
     pub was: Option<HaltReason>,
 }
@@ -474,7 +481,7 @@ pub struct ClosedLoop {
 /// replaces any other and `approve` never clears it; the command uninstalls the schedule
 /// (a closed loop has nothing left to tick). Logged `CLOSE by=… [note=…] [was=<halt>]`; no
 /// notifier runs (the human is the one who closed it). `None` when it was closed already.
-pub fn close(
+pub(crate) fn close(
     paths: &LoopPaths,
     _between: &Between,
     by: &str,
@@ -514,7 +521,7 @@ pub fn close(
 }
 
 /// What `task` did: the task it replaced, and whether the text changed.
-pub struct TaskSet {
+pub(crate) struct TaskSet {
     pub previous: Option<String>,
     pub changed: bool,
 }
@@ -523,7 +530,7 @@ pub struct TaskSet {
 /// task=… [was=…]` with `task_source` saying who set it. A different task starts the
 /// plateau window afresh and drops the last verdict, whose reasons and hint were about
 /// the old one. Only between ticks ([`Between`]).
-pub fn set_task(
+pub(crate) fn set_task(
     paths: &LoopPaths,
     _between: &Between,
     text: &str,
@@ -551,7 +558,7 @@ pub fn set_task(
 }
 
 /// Moves the loop's task to another phase; returns the phase it left.
-pub fn transition(paths: &LoopPaths, to: &str) -> Result<String, StateError> {
+pub(crate) fn transition(paths: &LoopPaths, to: &str) -> Result<String, StateError> {
     let (_, from) = paths.update(|s| std::mem::replace(&mut s.current_phase, to.to_string()))?;
     paths.log(
         Event::Transition,

@@ -14,7 +14,7 @@ use crate::state::LoopPaths;
 use crate::template::Tmpl;
 
 /// A loop whose files read and check clean.
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub config: LoopConfig,
     /// Shared: the built-in tick is parsed once per process.
     pub pipeline: std::sync::Arc<Pipeline>,
@@ -33,7 +33,7 @@ impl Loaded {
     /// prompts it checked), so the tick's tamper check starts from exactly what it runs
     /// without reading them all again. Computed when asked, from the texts the load
     /// kept: `status`, `report` and the dashboard load every loop and never ask.
-    pub fn digests(&self) -> Vec<(PathBuf, u64)> {
+    pub(crate) fn digests(&self) -> Vec<(PathBuf, u64)> {
         let src = &self.config.source;
         // A loop.json is kept converted: the bytes read are its origin's text.
         let read = src.origin.as_ref().map_or(&src.text, |o| &o.source.text);
@@ -124,7 +124,7 @@ fn read_pipeline(
 
 /// THE loader: `loop.toml` and its pipeline, cross-checked, every problem collected.
 /// `pipeline_arg` (`run PIPELINE`) replaces the loop's own pipeline.
-pub fn load(
+pub(crate) fn load(
     paths: &LoopPaths,
     pipeline_arg: Option<&Path>,
     base: &Path,
@@ -187,7 +187,7 @@ fn digest(bytes: &[u8]) -> u64 {
 
 /// A loop's `loop.toml` alone, checked (for commands that need no pipeline: `gate`,
 /// `approve`, `can-edit`).
-pub fn config(paths: &LoopPaths, base: &Path) -> Result<LoopConfig, LoadError> {
+pub(crate) fn config(paths: &LoopPaths, base: &Path) -> Result<LoopConfig, LoadError> {
     let mut diags = Diagnostics::default();
     let path = paths.config();
     let partial = LoopConfig::read_partial(&path, base, &mut diags)
@@ -202,7 +202,12 @@ pub fn config(paths: &LoopPaths, base: &Path) -> Result<LoopConfig, LoadError> {
 /// `check` of one file: a `loop.toml` (with its pipeline and prompts) or a pipeline.
 /// Pushes every problem into `diags`; for a loop.toml, adds its roles' expanded argv to
 /// `explained`.
-pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics, explained: &mut Vec<String>) {
+pub(crate) fn check_file(
+    path: &Path,
+    base: &Path,
+    diags: &mut Diagnostics,
+    explained: &mut Vec<String>,
+) {
     if crate::config::is_project_config(path) {
         if let Err(e) = crate::config::ProjectConfig::read(path, base, diags) {
             diags.push(io_diag(path, base, &e));
@@ -227,7 +232,7 @@ pub fn check_file(path: &Path, base: &Path, diags: &mut Diagnostics, explained: 
 /// (`loop.toml`, `loop.json`), else when its top-level keys are a loop config's (and it
 /// has no `nodes`), else a pipeline. `path` is where it would live, `name` what
 /// diagnostics call it.
-pub fn check_text(
+pub(crate) fn check_text(
     text: String,
     path: &Path,
     name: String,
@@ -261,7 +266,12 @@ fn looks_like_loop_config(text: &str) -> bool {
 }
 
 /// A file given to `check` (stdin) that could not be read.
-pub fn check_unreadable(path: &Path, name: String, e: &std::io::Error, diags: &mut Diagnostics) {
+pub(crate) fn check_unreadable(
+    path: &Path,
+    name: String,
+    e: &std::io::Error,
+    diags: &mut Diagnostics,
+) {
     let mut d = io_diag(path, path.parent().unwrap_or(path), e);
     d.source = Source::new(name.clone(), path, "");
     d.message = format!("cannot read {name}: {}", io_reason(e));
@@ -269,14 +279,14 @@ pub fn check_unreadable(path: &Path, name: String, e: &std::io::Error, diags: &m
 }
 
 /// `check` of a pipeline's text.
-pub fn check_pipeline(src: &SourceRef, diags: &mut Diagnostics) {
+pub(crate) fn check_pipeline(src: &SourceRef, diags: &mut Diagnostics) {
     let _ = Draft::parse(src, diags).validate(diags);
 }
 
 /// `check` of a loop config read as far as it goes: its pipeline, and the cross-checks
 /// against it, run even when the config itself is broken (a typo in `[brakes]` must not
 /// hide a missing prompt).
-pub fn check_config(
+pub(crate) fn check_config(
     p: &Partial,
     base: &Path,
     diags: &mut Diagnostics,
@@ -380,7 +390,7 @@ fn nearest_file(path: &Path) -> Option<String> {
 }
 
 /// Whether `p` names a loop config (`loop.toml`, or a predecessor `loop.json`).
-pub fn is_loop_config(p: &Path) -> bool {
+pub(crate) fn is_loop_config(p: &Path) -> bool {
     matches!(
         p.file_name().and_then(|f| f.to_str()),
         Some("loop.toml" | "loop.json")
@@ -455,7 +465,7 @@ fn read_error(path: &Path, base: &Path, e: std::io::Error) -> LoadError {
 /// Cross-checks the config against the pipeline it runs: every harness role has a
 /// `[roles.<role>]` table and an existing prompt, every argv and prompt template only
 /// uses what exists at its node, and model divergence is real (D12).
-pub fn cross_check(
+pub(crate) fn cross_check(
     lc: &LoopConfig,
     view: &View<'_>,
     pipeline_name: &str,

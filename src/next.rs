@@ -10,7 +10,7 @@ use crate::work_source::WorkSourceReader;
 
 /// What the next tick does.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Next {
+pub(crate) enum Next {
     /// It runs its nodes: iteration `iteration` of `max`, on `task`.
     Runs {
         iteration: u64,
@@ -34,7 +34,7 @@ pub enum Next {
 
 /// The next tick of a loop in `state`. Nothing is spawned: an audit work source is not
 /// run (its task is the one the state last recorded), a backlog file is read.
-pub fn next(cfg: &LoopConfig, state: &State, paths: &LoopPaths) -> Next {
+pub(crate) fn next(cfg: &LoopConfig, state: &State, paths: &LoopPaths) -> Next {
     let place = cfg
         .worktree
         .then(|| crate::worktree::place(paths, cfg.worktree_dir.as_deref()));
@@ -134,7 +134,7 @@ fn halt_fix(reason: &HaltReason) -> String {
 
 /// The skips that repeat every tick until a human acts: what `status` shows as a problem
 /// (a halt, a `when` or a lock is not one of them).
-pub fn persistent(reason: &SkipReason) -> bool {
+pub(crate) fn persistent(reason: &SkipReason) -> bool {
     matches!(
         reason,
         SkipReason::NoCurrentTask | SkipReason::Phase(_) | SkipReason::WorktreeMissing

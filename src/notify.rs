@@ -17,7 +17,7 @@ use crate::state::{Event, LogArg, LoopPaths, State};
 
 /// Why a notifier did not succeed (the `reason=` of its `WARN` line).
 #[derive(Debug, thiserror::Error)]
-pub enum NotifyError {
+pub(crate) enum NotifyError {
     #[error("{0}")]
     Config(String),
     #[error("template: {0}")]
@@ -43,7 +43,7 @@ fn stderr_suffix(s: &str) -> String {
 /// The notifier a loop uses: its own `[notify]`, else the project's. A loop.toml that does
 /// not parse does not silence the project's notifier (a halt for a broken config is
 /// exactly when a human must hear of it).
-pub fn notifier(paths: &LoopPaths) -> Result<Option<Notify>, NotifyError> {
+pub(crate) fn notifier(paths: &LoopPaths) -> Result<Option<Notify>, NotifyError> {
     let mut diags = Diagnostics::default();
     let own = LoopConfig::read(&paths.config(), &paths.project, &mut diags)
         .ok()
@@ -58,7 +58,12 @@ pub fn notifier(paths: &LoopPaths) -> Result<Option<Notify>, NotifyError> {
 }
 
 /// The event JSON, exactly DESIGN §13's keys, for the halt the state now records.
-pub fn event(paths: &LoopPaths, state: &State, reason: &HaltReason, detail: Option<&str>) -> Value {
+pub(crate) fn event(
+    paths: &LoopPaths,
+    state: &State,
+    reason: &HaltReason,
+    detail: Option<&str>,
+) -> Value {
     let halt = state.halt.as_ref().filter(|h| &h.reason == reason);
     json!({
         "event": "halt",
@@ -110,7 +115,7 @@ fn vars(event: &Value, reason: &HaltReason, task: Option<&str>) -> Value {
 /// At a halt: runs the loop's notifier, if it has one. Never fails: what goes wrong is a
 /// `WARN` line in the loop's log.
 /// `state` is the state as the halt left it.
-pub fn at_halt(paths: &LoopPaths, state: &State, reason: &HaltReason, detail: Option<&str>) {
+pub(crate) fn at_halt(paths: &LoopPaths, state: &State, reason: &HaltReason, detail: Option<&str>) {
     let notify = match notifier(paths) {
         Ok(Some(n)) => n,
         Ok(None) => return,

@@ -19,7 +19,7 @@ static FAILED: AtomicBool = AtomicBool::new(false);
 /// Writes `bytes` to stdout; `false` once stdout is gone. A closed pipe is not an error:
 /// it ends the output quietly. Any other failure is said once on stderr and turns the
 /// exit code into [`crate::exit::STATE`] (see [`finish`]).
-pub fn write(bytes: &[u8]) -> bool {
+pub(crate) fn write(bytes: &[u8]) -> bool {
     if CLOSED.load(Ordering::Relaxed) {
         return false;
     }
@@ -38,7 +38,7 @@ pub fn write(bytes: &[u8]) -> bool {
 }
 
 /// Writes one formatted line to stdout (what [`outln!`] expands to).
-pub fn line(args: std::fmt::Arguments<'_>) -> bool {
+pub(crate) fn line(args: std::fmt::Arguments<'_>) -> bool {
     let mut s = args.to_string();
     s.push('\n');
     write(s.as_bytes())
@@ -58,7 +58,7 @@ pub(crate) use outln;
 /// Whether stdout's reader has gone: a write found it closed, or (on Unix) the pipe
 /// reports an error without a write — so `log --follow | head -1` ends with `head`,
 /// not at the next log line.
-pub fn closed() -> bool {
+pub(crate) fn closed() -> bool {
     if CLOSED.load(Ordering::Relaxed) {
         return true;
     }
@@ -82,7 +82,7 @@ pub fn closed() -> bool {
 
 /// The exit code to end with: `code`, unless writing stdout failed for another reason
 /// than a closed pipe (then [`crate::exit::STATE`], as `cat > /dev/full` fails).
-pub fn finish(code: i32) -> i32 {
+pub(crate) fn finish(code: i32) -> i32 {
     if FAILED.load(Ordering::Relaxed) && code == crate::exit::OK {
         crate::exit::STATE
     } else {
@@ -94,7 +94,7 @@ pub fn finish(code: i32) -> i32 {
 /// print fails. A closed pipe then ends the program quietly with 141 (128 + SIGPIPE,
 /// what a shell reports for `git log | head`); another failure (a full disk) says so
 /// and exits [`crate::exit::STATE`] — never 101 and a backtrace.
-pub fn install_pipe_net() {
+pub(crate) fn install_pipe_net() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         let msg = info
@@ -129,7 +129,7 @@ fn is_broken_pipe_text(msg: &str) -> bool {
 /// LRM/RLM/ALM reorder text), and invisible format characters (zero-width space, word
 /// joiners, BOM, tags, fillers) that hide what a human reads. ZWNJ/ZWJ (U+200C/D) pass:
 /// scripts and emoji need them and they reorder nothing.
-pub fn is_unsafe(c: char) -> bool {
+pub(crate) fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
@@ -162,12 +162,12 @@ pub fn is_unsafe(c: char) -> bool {
 
 /// Text for one terminal cell or line (a task title, a halt reason): every character
 /// [`is_unsafe`] flags, line breaks and tabs included, is shown as `\u{…}`.
-pub fn printable(s: &str) -> Cow<'_, str> {
+pub(crate) fn printable(s: &str) -> Cow<'_, str> {
     escape(s, false)
 }
 
 /// [`printable`] for multi-line text (the log): `\n` and `\t` pass.
-pub fn printable_text(s: &str) -> Cow<'_, str> {
+pub(crate) fn printable_text(s: &str) -> Cow<'_, str> {
     escape(s, true)
 }
 
@@ -193,13 +193,13 @@ fn escape(s: &str, keep_lines: bool) -> Cow<'_, str> {
 /// sequence split across chunks is carried to the next one, so a C1 control (`C2 9B`)
 /// never slips through a chunk boundary.
 #[derive(Default)]
-pub struct ByteEscaper {
+pub(crate) struct ByteEscaper {
     carry: Vec<u8>,
 }
 
 impl ByteEscaper {
     /// Escapes `chunk` into `out`, keeping an incomplete trailing sequence back.
-    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+    pub(crate) fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         let mut buf = std::mem::take(&mut self.carry);
         buf.extend_from_slice(chunk);
         let mut rest = &buf[..];
@@ -234,7 +234,7 @@ impl ByteEscaper {
     }
 
     /// The end of the input: a sequence left incomplete is shown as bytes.
-    pub fn finish(&mut self, out: &mut Vec<u8>) {
+    pub(crate) fn finish(&mut self, out: &mut Vec<u8>) {
         for b in std::mem::take(&mut self.carry) {
             out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
         }
@@ -244,7 +244,7 @@ impl ByteEscaper {
 /// `v` as JSON (pretty or one line) with every character [`is_unsafe`] flags written
 /// as a `\uXXXX` escape. The same JSON value, safe to print on a terminal: serde_json
 /// leaves DEL, C1 controls, U+2028/2029 and bidi controls raw inside strings.
-pub fn json(v: &impl serde::Serialize, pretty: bool) -> String {
+pub(crate) fn json(v: &impl serde::Serialize, pretty: bool) -> String {
     let text = if pretty {
         serde_json::to_string_pretty(v)
     } else {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// Why the registry cannot be read or written; each message names the file.
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub(crate) enum RegistryError {
     #[error(
         "neither XDG_CONFIG_HOME nor HOME is set: there is no ~/.config/loopflow/projects.toml to use"
     )]
@@ -29,7 +29,7 @@ pub enum RegistryError {
 
 /// One project as a view over many shows it: `label` prefixes its loops' names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Source {
+pub(crate) struct Source {
     pub label: String,
     pub dir: PathBuf,
 }
@@ -43,7 +43,7 @@ struct File {
 
 /// Where the registry is: `$XDG_CONFIG_HOME/loopflow/projects.toml` (an absolute one, as
 /// the XDG spec says to ignore a relative one), else `$HOME/.config/loopflow/projects.toml`.
-pub fn registry_path() -> Result<PathBuf, RegistryError> {
+pub(crate) fn registry_path() -> Result<PathBuf, RegistryError> {
     let xdg = std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute());
@@ -70,7 +70,7 @@ fn expand(entry: &str) -> PathBuf {
 }
 
 /// The projects the registry at `path` lists, in its order (none when it does not exist).
-pub fn load(path: &Path) -> Result<Vec<PathBuf>, RegistryError> {
+pub(crate) fn load(path: &Path) -> Result<Vec<PathBuf>, RegistryError> {
     let text = match crate::fs_safe::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -91,7 +91,7 @@ pub fn load(path: &Path) -> Result<Vec<PathBuf>, RegistryError> {
 /// Writes `dirs` as the registry at `path`, atomically (a temp file renamed over it, both
 /// synced), creating its directory. A path under the home directory is written `~/...`,
 /// so the file reads the same from a second machine.
-pub fn save(path: &Path, dirs: &[PathBuf]) -> Result<(), RegistryError> {
+pub(crate) fn save(path: &Path, dirs: &[PathBuf]) -> Result<(), RegistryError> {
     let io = |source| RegistryError::Io {
         path: path.to_path_buf(),
         source,
@@ -121,7 +121,7 @@ pub fn save(path: &Path, dirs: &[PathBuf]) -> Result<(), RegistryError> {
 }
 
 /// The absolute, canonical form of a project directory (as given when it does not exist).
-pub fn canonical(dir: &Path) -> PathBuf {
+pub(crate) fn canonical(dir: &Path) -> PathBuf {
     std::fs::canonicalize(dir)
         .or_else(|_| std::path::absolute(dir))
         .unwrap_or_else(|_| dir.to_path_buf())
@@ -130,7 +130,7 @@ pub fn canonical(dir: &Path) -> PathBuf {
 /// Each directory with the shortest label that tells it apart from the others: its last
 /// component, or as many of its last components as it takes (`work/api`, `home/api`).
 /// Duplicates (the same directory twice) are dropped.
-pub fn labelled(dirs: &[PathBuf]) -> Vec<Source> {
+pub(crate) fn labelled(dirs: &[PathBuf]) -> Vec<Source> {
     let mut unique: Vec<PathBuf> = Vec::with_capacity(dirs.len());
     for d in dirs {
         if !unique.contains(d) {
@@ -173,7 +173,7 @@ pub fn labelled(dirs: &[PathBuf]) -> Vec<Source> {
 
 /// Why a project cannot be shown (gone, not a directory, its loops unreadable); `None`
 /// when it can, loops or none.
-pub fn problem(dir: &Path) -> Option<String> {
+pub(crate) fn problem(dir: &Path) -> Option<String> {
     match std::fs::metadata(dir) {
         Err(e) => return Some(format!("{}: {e}", dir.display())),
         Ok(m) if !m.is_dir() => return Some(format!("{}: not a directory", dir.display())),

@@ -21,7 +21,7 @@ const MAX_COMMITS: usize = 200;
 
 /// What the loop's commits since the base change.
 #[derive(Debug, Clone, Serialize)]
-pub struct FileChange {
+pub(crate) struct FileChange {
     /// `A`dded, `M`odified, `D`eleted, `R`enamed, … (git's letters).
     pub status: String,
     pub path: String,
@@ -31,7 +31,7 @@ pub struct FileChange {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Commit {
+pub(crate) struct Commit {
     pub sha: String,
     pub author: String,
     pub at: String,
@@ -40,7 +40,7 @@ pub struct Commit {
 
 /// Where the reviewed range starts, and why there.
 #[derive(Debug, Clone, Serialize)]
-pub struct Base {
+pub(crate) struct Base {
     pub commit: String,
     /// `approval` (the head the last approval recorded), `merge-base` (where the branch
     /// left the checkout's HEAD) or `created` (the parent of the loop's first commit).
@@ -49,7 +49,7 @@ pub struct Base {
 
 /// One tick's verdict since the base.
 #[derive(Debug, Clone, Serialize)]
-pub struct TickVerdict {
+pub(crate) struct TickVerdict {
     pub at: String,
     pub iteration: Option<u64>,
     pub pass: Option<bool>,
@@ -60,7 +60,7 @@ pub struct TickVerdict {
 
 /// Everything `review` shows; `--json` prints it as one document.
 #[derive(Debug, Clone, Serialize)]
-pub struct Review {
+pub(crate) struct Review {
     #[serde(rename = "loop")]
     pub name: String,
     pub project: String,
@@ -100,13 +100,13 @@ pub struct Review {
 }
 
 /// The loop's branch name.
-pub fn branch(name: &str) -> String {
+pub(crate) fn branch(name: &str) -> String {
     format!("loopflow/{name}")
 }
 
 /// The commit an approval made now records: the tip of the loop's branch, else (a loop
 /// without a worktree) the checkout's HEAD. Best effort: `None` outside git.
-pub fn approved_head(paths: &LoopPaths) -> Option<String> {
+pub(crate) fn approved_head(paths: &LoopPaths) -> Option<String> {
     let checkout = Repo::checkout(&paths.project).ok().flatten()?;
     let rev = |spec: &str| checkout.rev(spec).ok().flatten();
     rev(&format!("refs/heads/{}", branch(&paths.name))).or_else(|| rev("HEAD"))
@@ -114,7 +114,7 @@ pub fn approved_head(paths: &LoopPaths) -> Option<String> {
 
 /// `git status --porcelain` lines (untracked included when asked) of a repository's work
 /// tree.
-pub fn status_lines(repo: &Repo, untracked: bool) -> Result<Vec<String>, GitError> {
+pub(crate) fn status_lines(repo: &Repo, untracked: bool) -> Result<Vec<String>, GitError> {
     Ok(repo.status(untracked)?.iter().map(|e| e.line()).collect())
 }
 
@@ -214,7 +214,7 @@ fn verdicts(paths: &LoopPaths, state: &State, since_approval: bool, n: usize) ->
 }
 
 /// Builds the review of one loop. Never fails: what git cannot tell goes into `notes`.
-pub fn review(paths: &LoopPaths, state: &State, patch: bool) -> Result<Review, String> {
+pub(crate) fn review(paths: &LoopPaths, state: &State, patch: bool) -> Result<Review, String> {
     // Another loop's state: what review would show is not this loop's work.
     paths.owns(state).map_err(|e| e.to_string())?;
     let dir = crate::worktree::configured_dir(paths);
@@ -417,7 +417,7 @@ fn next_commands(r: &Review, paths: &LoopPaths) -> Vec<String> {
 
 /// The review as text for a terminal; every agent-written value passes [`crate::out::printable`]
 /// (one line each: an agent cannot forge a line, a control sequence or a bidi reordering).
-pub fn render(r: &Review) -> String {
+pub(crate) fn render(r: &Review) -> String {
     use crate::human::{count, score, seconds, usd};
     use crate::out::printable;
     use std::fmt::Write as _;
@@ -589,7 +589,7 @@ pub fn render(r: &Review) -> String {
 }
 
 /// The review as JSON.
-pub fn to_json(r: &Review) -> Value {
+pub(crate) fn to_json(r: &Review) -> Value {
     serde_json::to_value(r).unwrap_or(Value::Null)
 }
 

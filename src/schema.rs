@@ -1,7 +1,7 @@
 //! JSON Schemas for every file format, generated from the Rust types and checked in under
 //! `schemas/`; `loopflow schema NAME` prints exactly the checked-in text.
 
-pub const NAMES: &[&str] = &["pipeline", "loop", "state", "verdict", "config"];
+pub(crate) const NAMES: &[&str] = &["pipeline", "loop", "state", "verdict", "config"];
 
 /// The checked-in schema text, embedded at build time.
 pub fn get(name: &str) -> Option<&'static str> {
@@ -76,7 +76,7 @@ fn add_node_kinds(schema: &mut serde_json::Value) {
 /// Descriptions of the TOML file formats for schema generation. The checker in
 /// `pipeline.rs` / `config.rs` reads the files with spans; these types document them for
 /// editors (taplo, Even Better TOML) and must agree with the checker (tested).
-pub mod files {
+pub(crate) mod files {
     use std::collections::BTreeMap;
 
     use schemars::JsonSchema;
@@ -86,7 +86,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct PipelineFile {
+    pub(crate) struct PipelineFile {
         pub name: Option<String>,
         pub description: Option<String>,
         /// Nodes by id.
@@ -95,7 +95,7 @@ pub mod files {
 
     #[derive(Deserialize, JsonSchema)]
     #[serde(rename_all = "lowercase")]
-    pub enum OnFailure {
+    pub(crate) enum OnFailure {
         Abort,
         Halt,
         Continue,
@@ -106,7 +106,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct NodeFile {
+    pub(crate) struct NodeFile {
         pub kind: String,
         pub description: Option<String>,
         /// Nodes that must finish before this one starts.
@@ -124,7 +124,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct LoopFile {
+    pub(crate) struct LoopFile {
         /// Pipeline file, relative to this file's directory; the built-in tick when absent.
         pub pipeline: Option<String>,
         pub work_source: Option<WorkSourceFile>,
@@ -144,7 +144,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct RemoteFile {
+    pub(crate) struct RemoteFile {
         /// The git remote the loop's state ref and branch live on (default "origin").
         pub name: Option<String>,
         /// How long a runner's lease outlives the tick's longest possible run, e.g. "5m"
@@ -154,7 +154,7 @@ pub mod files {
 
     #[derive(Deserialize, JsonSchema)]
     #[serde(rename_all = "lowercase")]
-    pub enum SandboxMode {
+    pub(crate) enum SandboxMode {
         Auto,
         Enforce,
         Off,
@@ -162,7 +162,7 @@ pub mod files {
 
     #[derive(Deserialize, JsonSchema)]
     #[serde(rename_all = "lowercase")]
-    pub enum NetworkPolicy {
+    pub(crate) enum NetworkPolicy {
         Hosts,
         Deny,
         Open,
@@ -174,7 +174,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct SandboxFile {
+    pub(crate) struct SandboxFile {
         /// auto: confine where the kernel can (default); enforce: halt rather than run
         /// unconfined; off: no confinement.
         pub mode: Option<SandboxMode>,
@@ -198,7 +198,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct ConfigFile {
+    pub(crate) struct ConfigFile {
         pub notify: Option<NotifyFile>,
         pub telemetry: Option<TelemetryFile>,
     }
@@ -208,7 +208,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct TelemetryFile {
+    pub(crate) struct TelemetryFile {
         /// The collector's OTLP/HTTP base URL, e.g. "http://localhost:4318" (traces go to
         /// `<it>/v1/traces`).
         pub otlp_endpoint: Option<String>,
@@ -219,7 +219,7 @@ pub mod files {
     }
 
     #[derive(Deserialize, JsonSchema)]
-    pub enum TelemetryProtocol {
+    pub(crate) enum TelemetryProtocol {
         #[serde(rename = "http/protobuf")]
         Protobuf,
         #[serde(rename = "http/json")]
@@ -230,7 +230,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct NotifyFile {
+    pub(crate) struct NotifyFile {
         /// Argv templates (no shell), e.g. ["notify-send", "loopflow: {{loop}} halted"].
         pub command: Vec<String>,
         /// How long the notifier may run (default "30s").
@@ -239,7 +239,7 @@ pub mod files {
 
     #[derive(Deserialize, JsonSchema)]
     #[serde(rename_all = "lowercase")]
-    pub enum WorkSourceKind {
+    pub(crate) enum WorkSourceKind {
         Single,
         Backlog,
         Audit,
@@ -248,7 +248,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct WorkSourceFile {
+    pub(crate) struct WorkSourceFile {
         pub kind: Option<WorkSourceKind>,
         /// backlog: the markdown checklist (default BACKLOG.md, relative to loop.toml); a
         /// template may use `{{cwd}}` (the loop's worktree), `{{project}}`, `{{loop}}`.
@@ -261,7 +261,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct BrakesFile {
+    pub(crate) struct BrakesFile {
         /// Required: the loop halts as iterations_exhausted after this many iterations.
         pub max_iterations: u64,
         pub max_budget_usd: Option<f64>,
@@ -283,7 +283,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct ScheduleFile {
+    pub(crate) struct ScheduleFile {
         pub interval_seconds: Option<u64>,
     }
 
@@ -291,7 +291,7 @@ pub mod files {
     /// headless run, and where it reports its answer, cost and tokens.
     #[derive(Deserialize, JsonSchema)]
     #[serde(rename_all = "kebab-case")]
-    pub enum PresetName {
+    pub(crate) enum PresetName {
         ClaudeCode,
         Opencode,
         Codex,
@@ -302,7 +302,7 @@ pub mod files {
 
     #[derive(Deserialize, JsonSchema)]
     #[serde(rename_all = "lowercase")]
-    pub enum UsageFormat {
+    pub(crate) enum UsageFormat {
         Json,
         Jsonl,
     }
@@ -312,7 +312,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct UsageFile {
+    pub(crate) struct UsageFile {
         /// json: stdout is one JSON document; jsonl: one per line (numbers are summed).
         pub format: Option<UsageFormat>,
         /// The agent's answer text, which verdict parsing reads.
@@ -324,7 +324,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct HarnessFile {
+    pub(crate) struct HarnessFile {
         /// An agent preset; `model_args` and `usage` set next to it override its own. Not with
         /// `command` (that is your own agent: write it without `preset`).
         pub preset: Option<PresetName>,
@@ -341,7 +341,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct RoleFile {
+    pub(crate) struct RoleFile {
         /// The role's prompt template, relative to this file's directory.
         pub prompt: Option<String>,
         /// This role's own agent preset; nothing of `[harness]` applies then.
@@ -364,7 +364,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct BlastRadiusFile {
+    pub(crate) struct BlastRadiusFile {
         pub allow: Option<Vec<String>>,
         pub deny: Option<Vec<String>>,
     }
@@ -372,7 +372,7 @@ pub mod files {
     #[derive(Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
-    pub struct WorktreeFile {
+    pub(crate) struct WorktreeFile {
         pub enabled: Option<bool>,
         /// Where the loop's worktree lives (absolute or `~/…`, never inside the
         /// checkout); default `$XDG_STATE_HOME/loopflow/worktrees`.

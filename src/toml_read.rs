@@ -22,7 +22,10 @@ mod resync;
 
 /// Parses a document, reporting every syntax error once (see [`resync`]). Returns `None`
 /// when it has any.
-pub fn parse<'s>(source: &'s SourceRef, diags: &mut Diagnostics) -> Option<Spanned<DeTable<'s>>> {
+pub(crate) fn parse<'s>(
+    source: &'s SourceRef,
+    diags: &mut Diagnostics,
+) -> Option<Spanned<DeTable<'s>>> {
     let (table, errors) = DeTable::parse_recoverable(&source.text);
     if errors.is_empty() {
         return Some(table);
@@ -56,7 +59,7 @@ fn report(source: &SourceRef, errors: Vec<resync::Found>, diags: &mut Diagnostic
 /// broke ([`resync`]: the parser's guesses past an error would be reported as wrong
 /// types or unknown keys). `.1` is whether there were syntax errors: checks of what seems
 /// *absent* then say nothing, see [`Diagnostics::drop_syntax_echoes`].
-pub fn parse_partial<'s>(
+pub(crate) fn parse_partial<'s>(
     source: &'s SourceRef,
     diags: &mut Diagnostics,
 ) -> (Spanned<DeTable<'s>>, bool) {
@@ -499,7 +502,7 @@ impl Table<'_, '_> {
 }
 
 /// `key` is an empty command.
-pub fn empty_argv(source: &SourceRef, span: Range<usize>, key: &str) -> Diagnostic {
+pub(crate) fn empty_argv(source: &SourceRef, span: Range<usize>, key: &str) -> Diagnostic {
     Diagnostic::error(Code::EmptyArgv, source, span, format!("`{key}` is empty"))
         .label("nothing to run")
         .help("give the program and its arguments, e.g. [\"cargo\", \"test\"]")

@@ -26,7 +26,7 @@ pub struct Verdict {
 
 /// Why a verifier's output is not a verdict.
 #[derive(Debug, thiserror::Error, PartialEq)]
-pub enum VerdictError {
+pub(crate) enum VerdictError {
     #[error("no JSON verdict found in the verifier's output")]
     NotFound,
     #[error("the verdict is not valid: {0}")]
@@ -38,7 +38,7 @@ pub enum VerdictError {
 }
 
 /// Finds and validates the verdict in `text`.
-pub fn parse(text: &str) -> Result<Verdict, VerdictError> {
+pub(crate) fn parse(text: &str) -> Result<Verdict, VerdictError> {
     let candidate = extract(text).ok_or(VerdictError::NotFound)?;
     let v: Verdict =
         serde_json::from_str(&candidate).map_err(|e| VerdictError::Invalid(e.to_string()))?;
@@ -102,7 +102,7 @@ fn last_json_fence(text: &str) -> Option<String> {
 }
 
 /// A score as the log shows it: at most 4 decimals, at least one (`0.5`, `1.0`).
-pub fn fmt_score(s: f64) -> String {
+pub(crate) fn fmt_score(s: f64) -> String {
     let t = format!("{s:.4}");
     let t = t.trim_end_matches('0');
     if t.ends_with('.') {

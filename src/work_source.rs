@@ -48,7 +48,7 @@ const AUDIT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The directory a loop's agents work in: its worktree, or the project root. (A worktree
 /// with no place on this machine — no home directory — is said by the tick; its old
 /// place, which is not there, stands in.)
-pub fn loop_cwd(config: &LoopConfig, paths: &LoopPaths) -> PathBuf {
+pub(crate) fn loop_cwd(config: &LoopConfig, paths: &LoopPaths) -> PathBuf {
     if config.worktree {
         crate::worktree::location(&paths.project, &paths.name, config.worktree_dir.as_deref())
             .map_or_else(|_| crate::worktree::nested(paths), |c| c.work_tree)
@@ -250,7 +250,7 @@ impl<'a> WorkSourceReader<'a> {
 }
 
 /// Parses audit output: plain lines, or JSON objects with `id` (and `title`).
-pub fn audit_tasks(text: &str) -> Vec<Task> {
+pub(crate) fn audit_tasks(text: &str) -> Vec<Task> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -288,7 +288,7 @@ pub fn audit_tasks(text: &str) -> Vec<Task> {
 
 /// The topmost unchecked `- [ ]` item of a markdown checklist: its id (the bold slug,
 /// else the text) and its whole text.
-pub fn backlog_item(text: &str) -> Option<(String, String)> {
+pub(crate) fn backlog_item(text: &str) -> Option<(String, String)> {
     text.lines().find_map(|l| {
         let t = l.trim_start();
         let rest = t

@@ -9,7 +9,7 @@ use crate::exit;
 use crate::pipeline::Pipeline;
 
 #[derive(Args, Debug)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Pipeline files, loop.toml files, or directories to search for them; `-` reads one
     /// file from stdin. Default: the project's pipelines/, .loopflow/config.toml and every
     /// loop's loop.toml.
@@ -32,7 +32,7 @@ pub struct CheckArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct GraphArgs {
+pub(crate) struct GraphArgs {
     /// The pipeline file to draw.
     pub pipeline: PathBuf,
     /// Output format: dot (Graphviz) or mermaid (renders in GitHub markdown).
@@ -41,13 +41,13 @@ pub struct GraphArgs {
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
-pub enum GraphFormat {
+pub(crate) enum GraphFormat {
     Dot,
     Mermaid,
 }
 
 #[derive(Args, Debug)]
-pub struct SchemaArgs {
+pub(crate) struct SchemaArgs {
     /// One of: pipeline, loop, state, verdict, config (.loopflow/config.toml).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::schema::NAMES))]
     pub name: String,
@@ -143,7 +143,7 @@ fn glob(pattern: &Path) -> Option<Vec<PathBuf>> {
     Some(out)
 }
 
-pub fn check(project: &Path, a: CheckArgs) -> i32 {
+pub(super) fn check(project: &Path, a: CheckArgs) -> i32 {
     let base = std::env::current_dir().unwrap_or_else(|_| project.to_path_buf());
     let mut files = Vec::new();
     let roots: Vec<PathBuf> = if a.paths.is_empty() {
@@ -270,7 +270,7 @@ fn check_stdin(
     }
 }
 
-pub fn graph(a: GraphArgs) -> i32 {
+pub(super) fn graph(a: GraphArgs) -> i32 {
     let base = std::env::current_dir().unwrap_or_default();
     let src = match Source::read(&a.pipeline, &base) {
         Ok(s) => s,
@@ -291,7 +291,7 @@ pub fn graph(a: GraphArgs) -> i32 {
 }
 
 /// The DAG as Graphviz dot or a Mermaid flowchart, with kinds and roles on the nodes.
-pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
+pub(super) fn draw(p: &Pipeline, format: GraphFormat) -> String {
     // `id\nkind (role)`; a node named after its kind (`gate`, `commit`) shows it once.
     let label = |n: &crate::pipeline::Node| {
         let kind = match n.spec.role() {
@@ -377,7 +377,7 @@ pub fn draw(p: &Pipeline, format: GraphFormat) -> String {
     s
 }
 
-pub fn schema(a: SchemaArgs) -> i32 {
+pub(super) fn schema(a: SchemaArgs) -> i32 {
     match crate::schema::get(&a.name) {
         Some(s) => {
             out(s);

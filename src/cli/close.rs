@@ -13,7 +13,7 @@ use crate::state::{Event, LogArg};
 use crate::tick::RunError;
 
 #[derive(Args, Debug)]
-pub struct CloseArgs {
+pub(crate) struct CloseArgs {
     /// The loop whose work to accept and end.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -25,7 +25,7 @@ pub struct CloseArgs {
     pub by: Option<String>,
 }
 
-pub fn close(project: &Path, a: CloseArgs) -> i32 {
+pub(super) fn close(project: &Path, a: CloseArgs) -> i32 {
     let paths = match loop_paths(project, &a.loop_name) {
         Ok(p) => p,
         Err(c) => return c,

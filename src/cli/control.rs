@@ -15,14 +15,14 @@ use crate::remote::human::Guard;
 use crate::tick::RunError;
 
 #[derive(Args, Debug)]
-pub struct LoopArg {
+pub(crate) struct LoopArg {
     /// The loop to ask about.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
 }
 
 #[derive(Args, Debug)]
-pub struct GateArgs {
+pub(crate) struct GateArgs {
     /// The loop whose brakes to evaluate.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -32,7 +32,7 @@ pub struct GateArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct HaltArgs {
+pub(crate) struct HaltArgs {
     /// The loop to halt.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -42,7 +42,7 @@ pub struct HaltArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct ApproveArgs {
+pub(crate) struct ApproveArgs {
     /// The halted loop to approve (or extend).
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -107,7 +107,7 @@ pub(super) fn who(by: Option<&str>) -> String {
 }
 
 #[derive(Args, Debug)]
-pub struct TransitionArgs {
+pub(crate) struct TransitionArgs {
     /// The loop whose task moves.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -117,7 +117,7 @@ pub struct TransitionArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct CanEditArgs {
+pub(crate) struct CanEditArgs {
     /// The loop whose blast radius to check against.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -145,7 +145,7 @@ fn evaluate_gate(project: &Path, name: &str) -> Result<crate::brakes::GateReport
     Ok(crate::brakes::evaluate(&cfg, &state, &paths, &work))
 }
 
-pub fn gate(project: &Path, a: GateArgs) -> i32 {
+pub(super) fn gate(project: &Path, a: GateArgs) -> i32 {
     let r = match evaluate_gate(project, &a.loop_name) {
         Ok(r) => r,
         Err(code) => return code,
@@ -172,7 +172,7 @@ pub fn gate(project: &Path, a: GateArgs) -> i32 {
     if r.ok { exit::OK } else { exit::NO }
 }
 
-pub fn can_continue(project: &Path, a: LoopArg) -> i32 {
+pub(super) fn can_continue(project: &Path, a: LoopArg) -> i32 {
     let r = match evaluate_gate(project, &a.loop_name) {
         Ok(r) => r,
         Err(code) => return code,
@@ -189,7 +189,7 @@ pub fn can_continue(project: &Path, a: LoopArg) -> i32 {
     }
 }
 
-pub fn halt(project: &Path, a: HaltArgs) -> i32 {
+pub(super) fn halt(project: &Path, a: HaltArgs) -> i32 {
     let (paths, _) = match open(project, &a.loop_name) {
         Ok(x) => x,
         Err(c) => return c,
@@ -257,7 +257,7 @@ pub(super) fn refuse_closed(name: &str, state: &crate::state::State, verb: &str)
     Some(exit::NO)
 }
 
-pub fn approve(project: &Path, a: ApproveArgs) -> i32 {
+pub(super) fn approve(project: &Path, a: ApproveArgs) -> i32 {
     let paths = match super::loop_paths(project, &a.loop_name) {
         Ok(p) => p,
         Err(c) => return c,
@@ -484,7 +484,7 @@ fn say_next(
     }
 }
 
-pub fn transition(project: &Path, a: TransitionArgs) -> i32 {
+pub(super) fn transition(project: &Path, a: TransitionArgs) -> i32 {
     let (paths, _) = match open(project, &a.loop_name) {
         Ok(x) => x,
         Err(c) => return c,
@@ -535,7 +535,7 @@ pub fn transition(project: &Path, a: TransitionArgs) -> i32 {
     }
 }
 
-pub fn can_edit(project: &Path, a: CanEditArgs) -> i32 {
+pub(super) fn can_edit(project: &Path, a: CanEditArgs) -> i32 {
     let (paths, _state) = match open(project, &a.loop_name) {
         Ok(x) => x,
         Err(c) => return c,

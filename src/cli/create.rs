@@ -10,7 +10,7 @@ use crate::exit;
 use crate::out::{self, outln};
 
 #[derive(Args, Debug)]
-pub struct CreateArgs {
+pub(crate) struct CreateArgs {
     /// The new loop's name: 1–64 of a-z, 0-9, `_`, `-` (its directory under
     /// .loopflow/loops/).
     #[arg(long = "loop", value_name = "NAME")]
@@ -40,7 +40,7 @@ pub struct CreateArgs {
 
 /// `--agent`, `--model`, `--verify-model`: shared by `create` and `init`.
 #[derive(Args, Debug, Default)]
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// The agent the roles run, as a shipped preset: claude-code, opencode, codex, gemini,
     /// aider, goose (written as `[harness] preset`; the templates' default is opencode).
     #[arg(long, value_name = "PRESET")]
@@ -56,7 +56,7 @@ pub struct AgentArgs {
 
 impl AgentArgs {
     /// What `create` writes for these flags (`None`: the template as it is).
-    pub fn harness(&self) -> Option<Harness> {
+    pub(crate) fn harness(&self) -> Option<Harness> {
         if self.agent.is_none() && self.model.is_none() && self.verify_model.is_none() {
             return None;
         }
@@ -70,7 +70,7 @@ impl AgentArgs {
 
 /// One line on the agent a new loop runs: its preset and whether its program is on PATH
 /// (and how to install it when not).
-pub fn agent_note(config: &LoopConfig) {
+pub(super) fn agent_note(config: &LoopConfig) {
     let agent = config.agent("implement");
     let Some(name) = agent.preset else {
         return;
@@ -92,7 +92,7 @@ pub fn agent_note(config: &LoopConfig) {
     }
 }
 
-pub fn create(project: &Path, a: CreateArgs) -> i32 {
+pub(super) fn create(project: &Path, a: CreateArgs) -> i32 {
     let o = CreateOptions {
         name: &a.loop_name,
         template: &a.template,

@@ -26,7 +26,7 @@ use crate::exit;
 use crate::state::{Event, LogArg, LoopPaths};
 
 #[derive(Args, Debug)]
-pub struct DaemonArgs {
+pub(crate) struct DaemonArgs {
     /// Pipeline file; default: each loop's `pipeline` key, else the built-in tick.
     pub pipeline: Option<PathBuf>,
     /// The loop to tick.
@@ -370,8 +370,9 @@ struct Stats {
 fn own_cpu() -> Duration {
     #[cfg(unix)]
     {
-        // SAFETY: getrusage fills the struct we pass.
+        // SAFETY: all-zero is a valid rusage.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage fills the struct we pass.
         unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
         let tv = |t: libc::timeval| {
             Duration::new(t.tv_sec as u64, 0) + Duration::from_micros(t.tv_usec as u64)
@@ -382,7 +383,7 @@ fn own_cpu() -> Duration {
     Duration::ZERO
 }
 
-pub fn daemon(project: &Path, a: DaemonArgs) -> i32 {
+pub(super) fn daemon(project: &Path, a: DaemonArgs) -> i32 {
     let cancel = install_signals();
     let names: Vec<String> = match &a.loop_name {
         Some(n) => {

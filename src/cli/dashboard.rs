@@ -18,7 +18,7 @@ the five-deaths audit and a live log tail. GET /api/status is `status --json`; G
 stream. It never approves anything, and refuses requests whose Host is not its own address.\n\nExamples:\n  \
 loopflow dashboard --open\n  loopflow dashboard --port 0   # a free port; the URL is printed"
 )]
-pub struct DashboardArgs {
+pub(crate) struct DashboardArgs {
     /// The port on 127.0.0.1 (0: any free port).
     #[arg(long, default_value_t = 7171)]
     pub port: u16,
@@ -86,14 +86,14 @@ fn follow_remote_loops(dirs: Vec<std::path::PathBuf>) {
     });
 }
 
-pub fn dashboard(project: &Path, a: DashboardArgs) -> i32 {
+pub(super) fn dashboard(project: &Path, a: DashboardArgs) -> i32 {
     follow_remote_loops(vec![project.to_path_buf()]);
     let model = Model::new(project, super::status::row_of);
     serve(model, &project.display().to_string(), a)
 }
 
 /// The dashboard over many projects (`--all`, `--project` more than once).
-pub fn dashboard_many(sources: &[Source], a: DashboardArgs) -> i32 {
+pub(super) fn dashboard_many(sources: &[Source], a: DashboardArgs) -> i32 {
     follow_remote_loops(sources.iter().map(|s| s.dir.clone()).collect());
     let model = Model::many(sources, super::status::row_of, true);
     let labels: Vec<&str> = sources.iter().map(|s| s.label.as_str()).collect();

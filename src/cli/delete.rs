@@ -15,7 +15,7 @@ use crate::tick::RunError;
 use crate::worktree::Place;
 
 #[derive(Args, Debug)]
-pub struct DeleteArgs {
+pub(crate) struct DeleteArgs {
     /// The loop to remove.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -78,7 +78,7 @@ fn uncommitted(copy: &crate::worktree::Copy) -> Option<usize> {
     repo.status(true).ok().map(|s| s.len())
 }
 
-pub fn delete(project: &Path, a: DeleteArgs) -> i32 {
+pub(super) fn delete(project: &Path, a: DeleteArgs) -> i32 {
     let name = &a.loop_name;
     if let Err(code) = super::valid_name(project, name) {
         return code;

@@ -16,7 +16,7 @@ use crate::reason::{HaltReason, VerifierFailure};
 use crate::tick::{Outcome, RunOptions, run_tick};
 
 #[derive(Args, Debug)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// A throw-away directory for the demo (default: a new temporary one, kept so you can
     /// look around); its project, a git repository, is D/project.
     #[arg(long, value_name = "D")]
@@ -28,7 +28,7 @@ pub struct DemoArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct FakeAgentArgs {
+pub(crate) struct FakeAgentArgs {
     /// implement | verify | orchestrate
     #[arg(long)]
     pub role: String,
@@ -43,7 +43,7 @@ pub struct FakeAgentArgs {
 /// The fake agent: implement edits a file, verify grades with a score that rises then
 /// plateaus, orchestrate summarises. Behaves like an agent: reads its prompt, edits files
 /// in its working directory, prints a verdict.
-pub fn fake_agent(a: FakeAgentArgs) -> i32 {
+pub(super) fn fake_agent(a: FakeAgentArgs) -> i32 {
     let tick: usize = std::env::var("LOOPFLOW_TICK")
         .ok()
         .and_then(|t| t.parse().ok())
@@ -163,7 +163,7 @@ fn as_a_human(
     }
 }
 
-pub fn demo(a: DemoArgs) -> i32 {
+pub(super) fn demo(a: DemoArgs) -> i32 {
     // The story is the output; with --json it goes to stderr and stdout carries one
     // JSON document at the end.
     let say = |line: String| {

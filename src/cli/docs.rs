@@ -5,7 +5,7 @@ use clap::Args;
 
 use crate::exit;
 
-pub const COMPLETIONS_HELP: &str = "\
+pub(super) const COMPLETIONS_HELP: &str = "\
 Examples (where each shell looks for them):
   loopflow completions bash > ~/.local/share/bash-completion/completions/loopflow
   loopflow completions zsh > ~/.zfunc/_loopflow     (fpath+=~/.zfunc before compinit in ~/.zshrc)
@@ -13,20 +13,20 @@ Examples (where each shell looks for them):
   loopflow completions powershell >> $PROFILE";
 
 #[derive(Args, Debug)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to complete for.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// A subcommand whose own page to print (`loopflow-run(1)`, …); default: loopflow(1).
     #[arg(value_name = "COMMAND")]
     pub command: Option<String>,
 }
 
-pub fn completions(a: CompletionsArgs) -> i32 {
+pub(super) fn completions(a: CompletionsArgs) -> i32 {
     let mut cmd = super::command();
     let mut buf = Vec::new();
     clap_complete::generate(a.shell, &mut cmd, "loopflow", &mut buf);
@@ -34,7 +34,7 @@ pub fn completions(a: CompletionsArgs) -> i32 {
     exit::OK
 }
 
-pub fn man(a: ManArgs) -> i32 {
+pub(super) fn man(a: ManArgs) -> i32 {
     let cmd = super::command();
     let (page, title) = match &a.command {
         None => (cmd, "loopflow".to_string()),

@@ -18,7 +18,7 @@ use crate::out::{outln, printable};
 use crate::preset::Preset;
 
 #[derive(Args, Debug)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// The loop to check; default: every loop of the project.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: Option<String>,
@@ -30,7 +30,7 @@ pub struct DoctorArgs {
 
 /// One thing checked.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Finding {
+pub(crate) struct Finding {
     #[serde(rename = "loop")]
     pub loop_name: Option<String>,
     /// The roles it concerns (`implement, verify`), when it is an agent's.
@@ -133,7 +133,7 @@ fn program(a: &AgentUse, project: &Path) -> Finding {
 
 /// Where a preset's agent will take its credential from, if anywhere: a key variable
 /// (the preset's, or one `[sandbox] env` passes), else the CLI's own login file.
-pub fn credential_source(preset: &Preset, cfg: &LoopConfig) -> Option<String> {
+pub(crate) fn credential_source(preset: &Preset, cfg: &LoopConfig) -> Option<String> {
     let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
     if let Some(v) = preset.secrets.iter().find(|v| set(v)) {
         return Some(format!("{v} (set here)"));
@@ -499,7 +499,7 @@ fn check_loop(project: &Path, name: &str, net: bool) -> Vec<Finding> {
 
 /// The checks that cost nothing (no network, no process): each agent's program and
 /// credential. What `create`, `run --dry-run` and `schedule install` hint at.
-pub fn quick(project: &Path, name: &str) -> Vec<Finding> {
+pub(crate) fn quick(project: &Path, name: &str) -> Vec<Finding> {
     check_loop(project, name, false)
         .into_iter()
         .filter(|f| !f.ok)
@@ -507,7 +507,7 @@ pub fn quick(project: &Path, name: &str) -> Vec<Finding> {
 }
 
 /// What `schedule install` says about each preset agent's key on platform `p`.
-pub fn key_lines(p: crate::schedule::Platform, cfg: &LoopConfig) -> Vec<String> {
+pub(crate) fn key_lines(p: crate::schedule::Platform, cfg: &LoopConfig) -> Vec<String> {
     if !matches!(
         p,
         crate::schedule::Platform::Systemd
@@ -533,7 +533,7 @@ pub fn key_lines(p: crate::schedule::Platform, cfg: &LoopConfig) -> Vec<String> 
 
 /// The one-line hint for `create`, `run --dry-run` and `schedule install`, when something
 /// a tick needs is missing.
-pub fn hint(project: &Path, name: &str) -> Option<String> {
+pub(crate) fn hint(project: &Path, name: &str) -> Option<String> {
     let missing = quick(project, name);
     if missing.is_empty() {
         return None;
@@ -545,7 +545,7 @@ pub fn hint(project: &Path, name: &str) -> Option<String> {
     ))
 }
 
-pub fn doctor(project: &Path, a: DoctorArgs) -> i32 {
+pub(crate) fn doctor(project: &Path, a: DoctorArgs) -> i32 {
     let loops = match &a.loop_name {
         Some(n) => {
             if let Err(code) = super::valid_name(project, n) {

@@ -11,7 +11,7 @@ use crate::exit;
 use crate::out::outln;
 
 #[derive(Args, Debug)]
-pub struct DriftArgs {
+pub(crate) struct DriftArgs {
     /// Directories (relative to --repo) searched for markdown docs with a `describes:`
     /// marker. Repeatable.
     #[arg(long = "dir", value_name = "DIR", default_values_t = ["design".to_string(), "docs".to_string()])]
@@ -25,7 +25,7 @@ pub struct DriftArgs {
     pub check: bool,
 }
 
-pub fn drift(a: DriftArgs) -> i32 {
+pub(super) fn drift(a: DriftArgs) -> i32 {
     match crate::drift::find(&a.repo, &a.dirs) {
         Ok(found) => {
             for d in &found {

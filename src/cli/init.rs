@@ -14,7 +14,7 @@ use crate::exit;
 use crate::out::{self, outln};
 
 #[derive(Args, Debug)]
-pub struct InitArgs {
+pub(crate) struct InitArgs {
     /// The first loop's template (see `loopflow create --template`).
     #[arg(long, value_name = "T")]
     pub template: Option<String>,
@@ -149,7 +149,7 @@ fn ask_agent() -> String {
     }
 }
 
-pub fn init(project: &Path, a: InitArgs) -> i32 {
+pub(super) fn init(project: &Path, a: InitArgs) -> i32 {
     let interactive = !a.yes && std::io::stdin().is_terminal();
     if let Some(p) = &a.agent.agent
         && let Err(e) = check_preset(p)

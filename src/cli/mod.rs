@@ -32,7 +32,7 @@ mod schedule;
 mod status;
 mod task;
 
-pub use run::report;
+pub(crate) use run::report;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -61,7 +61,7 @@ approval at every halt. A loop's unit of work is a tick: a DAG of nodes describe
 Start with `loopflow demo`, then `loopflow create --loop NAME --task \"...\"` in your repository.",
     after_help = EXAMPLES
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The project directory (holds .loopflow/); default: found upward from the current
     /// directory.
     /// `status`, `report` and `dashboard` take it more than once (each project's loops
@@ -79,7 +79,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run one tick of a loop (what a scheduler fires).
     #[command(after_help = "\
 Examples:
@@ -292,7 +292,7 @@ exported keys. Exit codes: 0 nothing missing, 1 something is (each named with it
 /// Colour for human output, decided once, the way cargo and ripgrep decide it (through
 /// `anstyle-query`): `NO_COLOR` off, `CLICOLOR_FORCE` on, `CLICOLOR=0` off, else only on a
 /// terminal whose `TERM` supports colour (not `dumb`).
-pub fn use_color(stream_is_tty: bool) -> bool {
+pub(crate) fn use_color(stream_is_tty: bool) -> bool {
     if anstyle_query::no_color() {
         return false;
     }

@@ -23,13 +23,13 @@ Examples:
   loopflow projects list --json
   loopflow projects remove api                    by label or directory
   loopflow status --all                           every loop of every project, halted first")]
-pub struct ProjectsArgs {
+pub(crate) struct ProjectsArgs {
     #[command(subcommand)]
     pub action: ProjectsAction,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum ProjectsAction {
+pub(crate) enum ProjectsAction {
     /// Add projects to the registry (default: the current project).
     Add(AddArgs),
     /// Remove projects from the registry, by directory or by label.
@@ -39,21 +39,21 @@ pub enum ProjectsAction {
 }
 
 #[derive(Args, Debug)]
-pub struct AddArgs {
+pub(crate) struct AddArgs {
     /// Project directories (default: the current project).
     #[arg(value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
-pub struct RemoveArgs {
+pub(crate) struct RemoveArgs {
     /// Project directories or labels (as `projects list` shows them).
     #[arg(value_name = "DIR|LABEL", required = true)]
     pub which: Vec<String>,
 }
 
 #[derive(Args, Debug)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// One JSON document: `{"registry", "projects": [{"label", "dir", "loops", "error"}]}`.
     #[arg(long)]
     pub json: bool,
@@ -71,7 +71,7 @@ fn registry() -> Result<(PathBuf, Vec<PathBuf>), i32> {
     Ok((path, dirs))
 }
 
-pub fn projects(project: &std::path::Path, a: ProjectsArgs) -> i32 {
+pub(super) fn projects(project: &std::path::Path, a: ProjectsArgs) -> i32 {
     let (path, mut dirs) = match registry() {
         Ok(r) => r,
         Err(code) => return code,
@@ -206,7 +206,7 @@ pub fn projects(project: &std::path::Path, a: ProjectsArgs) -> i32 {
 /// The projects `status`, `report` or `dashboard` shows when that is more than one:
 /// `--all` (the registry, and any `--project` given too) or `--project` more than once.
 /// `Ok(None)`: the one project, as always.
-pub fn many(given: &[PathBuf], all: bool) -> Result<Option<Vec<Source>>, i32> {
+pub(super) fn many(given: &[PathBuf], all: bool) -> Result<Option<Vec<Source>>, i32> {
     if !all && given.len() <= 1 {
         return Ok(None);
     }
@@ -227,7 +227,7 @@ pub fn many(given: &[PathBuf], all: bool) -> Result<Option<Vec<Source>>, i32> {
 
 /// After `create`: a project not in the registry (and a registry that reads) is offered
 /// a place in `--all`, in one line.
-pub fn offer(project: &std::path::Path) {
+pub(super) fn offer(project: &std::path::Path) {
     let Ok(path) = registry_path() else { return };
     let Ok(dirs) = load(&path) else { return };
     if !dirs.contains(&canonical(project)) {

@@ -15,7 +15,7 @@ use crate::exit;
     after_help = "A regular file is replaced atomically (mode 0644); a device, pipe or symlink (/dev/stdout) \
 is written through; `-` prints to stdout.\n\nExamples:\n  loopflow report --html loops.html\n  loopflow report --html - > loops.html"
 )]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     /// Where to write the page (`-`: stdout).
     #[arg(long, value_name = "FILE")]
     pub html: PathBuf,
@@ -45,12 +45,12 @@ fn write_page(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     crate::fs_safe::write_atomic_as(dir, path, bytes, ".loopflow-report", true)
 }
 
-pub fn report(project: &Path, a: ReportArgs) -> i32 {
+pub(super) fn report(project: &Path, a: ReportArgs) -> i32 {
     write_report(Model::once(project, super::status::row_of), a)
 }
 
 /// The report over many projects (`--all`, `--project` more than once).
-pub fn report_many(sources: &[crate::projects::Source], a: ReportArgs) -> i32 {
+pub(super) fn report_many(sources: &[crate::projects::Source], a: ReportArgs) -> i32 {
     write_report(Model::many(sources, super::status::row_of, false), a)
 }
 

@@ -14,7 +14,7 @@ use crate::remote::human::Guard;
 #[command(
     after_help = "Examples:\n  loopflow review --loop docs\n  loopflow review --loop docs --patch | less -R\n  loopflow review --loop docs --json | jq .files"
 )]
-pub struct ReviewArgs {
+pub(crate) struct ReviewArgs {
     /// The loop to review.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -32,7 +32,7 @@ pub struct ReviewArgs {
 plain commit and moves loopflow/NAME onto it). Refused, with nothing changed, while a tick runs, when tracked files \
 have uncommitted changes, or when the merge would conflict.\n\nExamples:\n  loopflow review --loop docs && loopflow land --loop docs\n  loopflow land --loop docs --squash"
 )]
-pub struct LandArgs {
+pub(crate) struct LandArgs {
     /// The loop whose branch to merge.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -46,7 +46,7 @@ pub struct LandArgs {
     after_help = "Resets loopflow/NAME and its worktree to the checkout's HEAD: the loop's commits and \
 uncommitted files are dropped (git-ignored files stay). Without --yes it only says what it would do.\n\nExample:\n  loopflow discard --loop docs --yes"
 )]
-pub struct DiscardArgs {
+pub(crate) struct DiscardArgs {
     /// The loop whose work to drop.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -62,7 +62,7 @@ fn out(text: &str) -> i32 {
     exit::OK
 }
 
-pub fn review(project: &Path, a: ReviewArgs) -> i32 {
+pub(super) fn review(project: &Path, a: ReviewArgs) -> i32 {
     let (paths, state) = match open(project, &a.loop_name) {
         Ok(x) => x,
         Err(c) => return c,
@@ -99,7 +99,7 @@ fn refused(e: &LandError) -> i32 {
     }
 }
 
-pub fn land(project: &Path, a: LandArgs) -> i32 {
+pub(super) fn land(project: &Path, a: LandArgs) -> i32 {
     let (paths, state) = match open(project, &a.loop_name) {
         Ok(x) => x,
         Err(c) => return c,
@@ -134,7 +134,7 @@ pub fn land(project: &Path, a: LandArgs) -> i32 {
     }
 }
 
-pub fn discard(project: &Path, a: DiscardArgs) -> i32 {
+pub(super) fn discard(project: &Path, a: DiscardArgs) -> i32 {
     let (paths, state) = match open(project, &a.loop_name) {
         Ok(x) => x,
         Err(c) => return c,

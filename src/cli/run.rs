@@ -13,7 +13,7 @@ use crate::reason::SkipReason;
 use crate::tick::{RunError, RunOptions, Summary, run_tick};
 
 #[derive(Args, Debug)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Pipeline file; default: the loop's `pipeline` key, else the built-in tick.
     pub pipeline: Option<PathBuf>,
     /// The loop to tick.
@@ -37,7 +37,7 @@ pub struct RunArgs {
 }
 
 /// SIGINT/SIGTERM set this flag; running children are stopped by the process layer.
-pub fn install_signals() -> Arc<AtomicBool> {
+pub(super) fn install_signals() -> Arc<AtomicBool> {
     let flag = Arc::new(AtomicBool::new(false));
     #[cfg(unix)]
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -47,7 +47,7 @@ pub fn install_signals() -> Arc<AtomicBool> {
 }
 
 /// Prints a run error and returns its exit code.
-pub fn report(e: &RunError) -> i32 {
+pub(crate) fn report(e: &RunError) -> i32 {
     match e {
         RunError::Usage(m) => {
             eprintln!("error: {m}");
@@ -114,7 +114,7 @@ fn print_summary(s: &Summary, json: bool) {
     }
 }
 
-pub fn run(project: &Path, a: RunArgs) -> i32 {
+pub(super) fn run(project: &Path, a: RunArgs) -> i32 {
     let cancel = install_signals();
     let opts = RunOptions {
         pipeline: a.pipeline,

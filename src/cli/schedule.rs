@@ -14,13 +14,13 @@ use super::run::report;
 use crate::out::outln;
 
 #[derive(Args, Debug)]
-pub struct ScheduleArgs {
+pub(crate) struct ScheduleArgs {
     #[command(subcommand)]
     pub action: ScheduleAction,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum ScheduleAction {
+pub(crate) enum ScheduleAction {
     /// Print the scheduler files to stdout; change nothing.
     Print(ScheduleTarget),
     /// Install the schedule (idempotent; replaces an earlier one).
@@ -30,7 +30,7 @@ pub enum ScheduleAction {
 }
 
 #[derive(Args, Debug)]
-pub struct ScheduleTarget {
+pub(crate) struct ScheduleTarget {
     /// The loop whose ticks the schedule fires.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -174,20 +174,20 @@ fn remote(
 }
 
 #[derive(Args, Debug)]
-pub struct ScheduleLoop {
+pub(crate) struct ScheduleLoop {
     /// The loop whose schedule to remove.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
 }
 
 #[derive(Args, Debug)]
-pub struct WorktreeArgs {
+pub(crate) struct WorktreeArgs {
     #[command(subcommand)]
     pub action: WorktreeAction,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum WorktreeAction {
+pub(crate) enum WorktreeAction {
     /// Prune worktrees and loopflow/* branches of deleted loops (and, with
     /// --include-idle, of live loops idle longer than --max-age), and remove the
     /// schedules (systemd timers, crontab blocks, launch agents) of deleted loops.
@@ -198,14 +198,14 @@ pub enum WorktreeAction {
 }
 
 #[derive(Args, Debug)]
-pub struct RestoreArgs {
+pub(crate) struct RestoreArgs {
     /// The loop whose worktree to bring back.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
 }
 
 #[derive(Args, Debug)]
-pub struct GcArgs {
+pub(crate) struct GcArgs {
     /// With --include-idle, a loop idle (no tick) for longer than this is pruned: 14d,
     /// 12h, 30m, 90s.
     #[arg(long, default_value = "14d", value_name = "AGE")]
@@ -287,7 +287,7 @@ fn target(project: &Path, st: &ScheduleTarget, p: Platform) -> Result<(LoopPaths
     Ok((paths, t))
 }
 
-pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
+pub(super) fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
     match a.action {
         ScheduleAction::Print(t) => {
             let p = if t.platform == Platform::Auto {
@@ -388,7 +388,7 @@ pub fn schedule(project: &Path, a: ScheduleArgs) -> i32 {
     }
 }
 
-pub fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
+pub(super) fn worktree(project: &Path, a: WorktreeArgs) -> i32 {
     match a.action {
         WorktreeAction::Gc(g) => {
             let max_age = match crate::duration::parse_age(&g.max_age) {

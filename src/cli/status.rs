@@ -15,7 +15,7 @@ use crate::out::{self, outln, printable};
 use crate::state::{Event, LoopPaths};
 
 #[derive(Args, Debug)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Only this loop (default: every loop of the project).
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: Option<String>,
@@ -29,7 +29,7 @@ pub struct StatusArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct LogArgs {
+pub(crate) struct LogArgs {
     /// The loop whose `.state.log` to print.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -201,7 +201,7 @@ fn skipping(paths: &LoopPaths, s: &crate::state::State, cfg: &LoopConfig) -> Opt
     }
 }
 
-pub fn status(project: &Path, a: StatusArgs) -> i32 {
+pub(super) fn status(project: &Path, a: StatusArgs) -> i32 {
     let names = match &a.loop_name {
         Some(n) => {
             // One named loop: a missing or unreadable one is an error of this command.
@@ -327,7 +327,7 @@ fn cap(s: &str, max: usize) -> String {
 
 /// The aligned table `status` prints: a line per row, then one per loop whose state does
 /// not load (`unreadable`, by name).
-pub fn status_table(rows: &[Row], unreadable: &[&str]) -> String {
+pub(super) fn status_table(rows: &[Row], unreadable: &[&str]) -> String {
     let head = [
         "LOOP",
         "ITER",
@@ -489,7 +489,7 @@ impl JsonLines {
     }
 }
 
-pub fn log(project: &Path, a: LogArgs) -> i32 {
+pub(super) fn log(project: &Path, a: LogArgs) -> i32 {
     let (paths, _) = match open(project, &a.loop_name) {
         Ok(x) => x,
         Err(c) => return c,
@@ -543,7 +543,7 @@ pub fn log(project: &Path, a: LogArgs) -> i32 {
 /// `status` over many projects (`--all`, `--project` more than once): every loop named
 /// `project:loop`, halted first, then by name; a project that cannot be read is listed
 /// as broken (in `--json`, under `errors` with its `project_dir`) and the others shown.
-pub fn status_many(sources: &[crate::projects::Source], a: StatusArgs) -> i32 {
+pub(super) fn status_many(sources: &[crate::projects::Source], a: StatusArgs) -> i32 {
     let mut rows = Vec::new();
     let mut errors: Vec<serde_json::Value> = Vec::new();
     let mut unreadable: Vec<String> = Vec::new();

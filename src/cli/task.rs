@@ -15,7 +15,7 @@ use crate::reason::SkipReason;
 use crate::tick::RunError;
 
 #[derive(Args, Debug)]
-pub struct TaskArgs {
+pub(crate) struct TaskArgs {
     /// The loop whose task to set.
     #[arg(long = "loop", value_name = "NAME")]
     pub loop_name: String,
@@ -27,7 +27,7 @@ pub struct TaskArgs {
     pub by: Option<String>,
 }
 
-pub fn task(project: &Path, a: TaskArgs) -> i32 {
+pub(super) fn task(project: &Path, a: TaskArgs) -> i32 {
     let text = a.text.trim();
     if text.is_empty() {
         eprintln!("error: a task is some text saying what the loop should do");

@@ -8,7 +8,7 @@ use crate::toml_read::Table;
 
 /// The agent a loop runs when it names none (no `preset`, no `command`): the shipped
 /// templates' default, OpenCode, the seed's primary harness.
-pub const DEFAULT_PRESET: &str = "opencode";
+pub(crate) const DEFAULT_PRESET: &str = "opencode";
 
 /// The agent keys of a `[harness]` or `[roles.<role>]` table. A key left out falls back
 /// to the table's `preset`, then to `[harness]`, then to its preset, then to the default.

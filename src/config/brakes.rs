@@ -5,7 +5,7 @@ use crate::diag::{Code, Diagnostic, Diagnostics, SourceRef};
 use crate::toml_read::Table;
 
 /// The hard context floor (D13): no loop runs an agent with less context than this.
-pub const HARD_CONTEXT_FLOOR: u64 = 16_000;
+pub(crate) const HARD_CONTEXT_FLOOR: u64 = 16_000;
 
 #[derive(Debug, Clone)]
 pub struct Brakes {

@@ -13,20 +13,20 @@ use crate::toml_read::{self, Str, Table};
 mod agent;
 mod brakes;
 mod json_origin;
-pub mod notify;
+pub(crate) mod notify;
 mod project;
-pub mod remote;
-pub mod sandbox;
-pub mod telemetry;
+pub(crate) mod remote;
+pub(crate) mod sandbox;
+pub(crate) mod telemetry;
 mod work_source;
 
-pub use agent::{Agent, AgentKeys, DEFAULT_PRESET};
-pub use brakes::{Brakes, HARD_CONTEXT_FLOOR};
-pub use notify::Notify;
-pub use project::{ProjectConfig, is_project_config, path as project_config_path};
-pub use remote::RemoteConfig;
-pub use sandbox::{Network, SandboxConfig, SandboxMode};
-pub use work_source::WorkSource;
+pub(crate) use agent::{Agent, AgentKeys, DEFAULT_PRESET};
+pub(crate) use brakes::{Brakes, HARD_CONTEXT_FLOOR};
+pub(crate) use notify::Notify;
+pub(crate) use project::{ProjectConfig, is_project_config, path as project_config_path};
+pub(crate) use remote::RemoteConfig;
+pub(crate) use sandbox::{Network, SandboxConfig, SandboxMode};
+pub(crate) use work_source::WorkSource;
 
 #[derive(Debug, Clone)]
 pub struct Role {
@@ -75,7 +75,7 @@ pub struct LoopConfig {
 
 /// The keys a loop.toml may have at its top level (`check -` tells a loop config from a
 /// pipeline by them).
-pub const TOP_LEVEL_KEYS: &[&str] = &[
+pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "pipeline",
     "work_source",
     "brakes",

@@ -9,11 +9,11 @@ use crate::template::Tmpl;
 use crate::toml_read::Table;
 
 /// How long a notifier may run before it is stopped.
-pub const DEFAULT_NOTIFY_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_NOTIFY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The variables a notifier's argv templates may use (the contract `crate::notify`
 /// renders with): the halt, the loop and the command a human runs next.
-pub const VARS: &[&str] = &[
+pub(crate) const VARS: &[&str] = &[
     "event",
     "loop",
     "project",

@@ -11,19 +11,19 @@ use super::Notify;
 
 /// What `.loopflow/config.toml` sets.
 #[derive(Debug, Clone, Default)]
-pub struct ProjectConfig {
+pub(crate) struct ProjectConfig {
     pub notify: Option<Notify>,
     pub telemetry: Option<super::telemetry::Telemetry>,
 }
 
 /// `<project>/.loopflow/config.toml`.
-pub fn path(project: &Path) -> PathBuf {
+pub(crate) fn path(project: &Path) -> PathBuf {
     project.join(".loopflow").join("config.toml")
 }
 
 /// Whether `check` reads `p` as a project config: a project's `.loopflow/config.toml`,
 /// or a `*.config.toml` file (the examples in `templates/notify/`, meant to be copied there).
-pub fn is_project_config(p: &Path) -> bool {
+pub(crate) fn is_project_config(p: &Path) -> bool {
     let Some(name) = p.file_name().and_then(|f| f.to_str()) else {
         return false;
     };
@@ -37,7 +37,7 @@ pub fn is_project_config(p: &Path) -> bool {
 impl ProjectConfig {
     /// Reads the file at `path`, pushing every problem into `diags`. `Ok(None)` when its
     /// TOML does not parse.
-    pub fn read(
+    pub(crate) fn read(
         path: &Path,
         base: &Path,
         diags: &mut Diagnostics,
@@ -56,7 +56,7 @@ impl ProjectConfig {
 
     /// The project's defaults: none when the file does not exist; an error text (with
     /// the first problem) when it exists but does not read clean.
-    pub fn load(project: &Path) -> Result<ProjectConfig, String> {
+    pub(crate) fn load(project: &Path) -> Result<ProjectConfig, String> {
         let p = path(project);
         if !p.exists() {
             return Ok(ProjectConfig::default());

@@ -7,7 +7,7 @@ use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::toml_read::Table;
 
 /// The margin a lease lasts beyond the tick's longest possible run, by default.
-pub const DEFAULT_LEASE_MARGIN: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_LEASE_MARGIN: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteConfig {
@@ -19,7 +19,7 @@ pub struct RemoteConfig {
 
 /// A remote name loopflow puts into ref names and command lines: `origin`, `upstream`,
 /// `my-fork.2` — never an option, a path or a URL.
-pub fn valid_name(n: &str) -> bool {
+pub(crate) fn valid_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 64
         && n.as_bytes()[0].is_ascii_alphanumeric()

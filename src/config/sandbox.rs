@@ -69,7 +69,7 @@ pub struct SandboxConfig {
 }
 
 /// `~/x` under the home directory; anything else as written.
-pub fn expand_home(p: &str) -> PathBuf {
+pub(crate) fn expand_home(p: &str) -> PathBuf {
     match (p.strip_prefix("~/"), std::env::var_os("HOME")) {
         (Some(rest), Some(home)) if !home.is_empty() => PathBuf::from(home).join(rest),
         _ if p == "~" => std::env::var_os("HOME").map_or_else(|| PathBuf::from(p), PathBuf::from),
@@ -185,7 +185,7 @@ pub(super) fn read(t: Option<Table<'_, '_>>, diags: &mut Diagnostics) -> Sandbox
 
 /// A POSIX-ish environment variable name (what a shell could export), or such a prefix
 /// followed by `*` (`OTEL_*`).
-pub fn valid_env_name(s: &str) -> bool {
+pub(crate) fn valid_env_name(s: &str) -> bool {
     let s = s.strip_suffix('*').unwrap_or(s);
     let mut b = s.bytes();
     b.next()

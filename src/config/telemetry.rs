@@ -7,14 +7,14 @@ use crate::toml_read::Table;
 
 /// The OTLP/HTTP encodings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
+pub(crate) enum Protocol {
     Protobuf,
     Json,
 }
 
 impl Protocol {
     /// `http/protobuf` or `http/json`, as `OTEL_EXPORTER_OTLP_PROTOCOL` spells them.
-    pub fn parse(s: &str) -> Option<Protocol> {
+    pub(crate) fn parse(s: &str) -> Option<Protocol> {
         match s {
             "http/protobuf" => Some(Protocol::Protobuf),
             "http/json" => Some(Protocol::Json),
@@ -24,7 +24,7 @@ impl Protocol {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Telemetry {
+pub(crate) struct Telemetry {
     /// The OTLP/HTTP base URL (`http://localhost:4318`); traces go to `<it>/v1/traces`.
     pub otlp_endpoint: Option<String>,
     pub protocol: Option<Protocol>,

@@ -17,14 +17,14 @@ use crate::state::{LoopPaths, State};
 /// A loop's `status --json` row, or why it has none: `Err(None)` not a loop yet (no
 /// state), `Err(Some(message))` a state that does not load, as `status` reports it.
 /// Given the state and configuration already loaded, it reads nothing again.
-pub type RowFn =
+pub(crate) type RowFn =
     fn(&LoopPaths, Option<(&State, &crate::config::LoopConfig)>) -> Result<Row, Option<String>>;
 
 /// One loop's row of `status --json` (DESIGN §10 keys, and what the table needs
 /// besides), its keys in the order written. A struct, not a JSON map: the dashboard and
 /// `report` make one per loop and read it back, and a map hashed every key twice.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// The loop's name; over many projects, `<project>:<loop>`.
     pub name: String,
     /// Over many projects: the project's label (`name`'s prefix), its directory and the
@@ -63,7 +63,7 @@ pub struct Row {
 /// A loop whose every tick skips: the skip's reason as the log says it, what the gate
 /// saw, and what makes it tick again.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Skipping {
+pub(crate) struct Skipping {
     pub reason: String,
     pub detail: String,
     pub fix: String,
@@ -71,7 +71,7 @@ pub struct Skipping {
 
 /// A row's budget limits (`null`: no limit on that unit).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub usd: Option<f64>,
     pub tokens: Option<u64>,
     pub seconds: Option<f64>,
@@ -80,7 +80,7 @@ pub struct Limits {
 /// The last aborted tick of a loop that has not ticked since: its `ABORT` line, and the
 /// agent's own words with its output files (relative to the loop's directory).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct LastAbort {
+pub(crate) struct LastAbort {
     pub at: String,
     pub node: Option<String>,
     pub reason: Option<String>,
@@ -97,11 +97,11 @@ const FIRST_SCAN: u64 = 64 << 20;
 const MAX_SCORES: usize = 120;
 const MAX_TAIL: usize = 12;
 /// New lines one update hands on for the page's log tail.
-pub const NEW_MAX: usize = 60;
+pub(super) const NEW_MAX: usize = 60;
 
 /// One `TICK` with a verdict: the chart's points.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Point {
+pub(super) struct Point {
     pub iteration: u64,
     pub score: f64,
     pub pass: bool,
@@ -109,7 +109,7 @@ pub struct Point {
 
 /// What a scan of `.state.log` found so far, and where it stopped.
 #[derive(Debug, Clone, Default)]
-pub struct LogScan {
+pub(super) struct LogScan {
     offset: u64,
     /// A line the last read cut in the middle.
     carry: Vec<u8>,
@@ -125,7 +125,7 @@ impl LogScan {
     /// Reads what was appended since the last call, and returns the newest of the complete
     /// new lines (at most [`NEW_MAX`]). A log that shrank (rotated, truncated) is scanned
     /// afresh.
-    pub fn update(&mut self, path: &Path) -> Vec<String> {
+    pub(super) fn update(&mut self, path: &Path) -> Vec<String> {
         // Never a plain open: a FIFO in place of the log would block the server.
         let Ok((mut f, len)) = crate::fs_safe::open_regular_len(path) else {
             return Vec::new();
@@ -219,7 +219,7 @@ impl LogScan {
 
 /// Where a loop stands, for the badge and the order of the page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Standing {
+pub(super) enum Standing {
     /// Halted: a human must review and approve (goal met or not).
     Halted,
     /// Its state or configuration does not load: every tick fails until a human fixes it.
@@ -230,7 +230,7 @@ pub enum Standing {
 
 /// Everything the page shows about one loop.
 #[derive(Debug, Clone)]
-pub struct LoopView {
+pub(super) struct LoopView {
     /// The loop as the page names it: over many projects `<project>:<loop>`.
     pub name: String,
     /// The loop's own name and its project's directory (what the commands shown use).
@@ -255,7 +255,7 @@ pub struct LoopView {
 
 impl Row {
     /// This row as one of project `label`'s (at `dir`) over many: named `label:loop`.
-    pub fn in_project(mut self, label: &str, dir: &std::path::Path) -> Row {
+    pub(crate) fn in_project(mut self, label: &str, dir: &std::path::Path) -> Row {
         self.loop_name = Some(std::mem::take(&mut self.name));
         self.name = format!("{label}:{}", self.loop_name.as_deref().unwrap_or(""));
         self.project = Some(label.to_string());
@@ -266,7 +266,7 @@ impl Row {
 
 impl LoopView {
     /// A project of many that cannot be read, shown as a card of its own.
-    pub fn broken_project(label: &str, dir: &Path, why: String) -> LoopView {
+    pub(super) fn broken_project(label: &str, dir: &Path, why: String) -> LoopView {
         LoopView {
             name: format!("{label}:"),
             loop_name: String::new(),
@@ -283,14 +283,14 @@ impl LoopView {
     }
 
     /// This view as one of project `label`'s over many.
-    pub fn in_project(mut self, label: &str) -> LoopView {
+    pub(super) fn in_project(mut self, label: &str) -> LoopView {
         self.name = format!("{label}:{}", self.loop_name);
         self.row = self.row.map(|r| r.in_project(label, &self.dir));
         self.project = Some(label.to_string());
         self
     }
 
-    pub fn standing(&self) -> Standing {
+    pub(super) fn standing(&self) -> Standing {
         if self.state.as_ref().is_some_and(|s| s.halt.is_some()) {
             Standing::Halted
         } else if self.broken.is_some() {
@@ -302,7 +302,7 @@ impl LoopView {
         }
     }
 
-    pub fn halt_reason(&self) -> Option<&HaltReason> {
+    pub(super) fn halt_reason(&self) -> Option<&HaltReason> {
         self.state.as_ref()?.halt.as_ref().map(|h| &h.reason)
     }
 }
@@ -337,7 +337,7 @@ fn broken(
 
 /// Builds (or, given the previous view, updates) one loop's view; also returns the log
 /// lines that are new since `prev`.
-pub fn view(
+pub(super) fn view(
     project: &Path,
     name: &str,
     row_fn: RowFn,
@@ -400,10 +400,10 @@ pub fn view(
 
 /// What changes when a loop's files change: size and mtime of each.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Fingerprint(Vec<Option<(u64, SystemTime)>>);
+pub(super) struct Fingerprint(Vec<Option<(u64, SystemTime)>>);
 
 impl Fingerprint {
-    pub fn of(project: &Path, name: &str) -> Fingerprint {
+    pub(super) fn of(project: &Path, name: &str) -> Fingerprint {
         let p = LoopPaths::new(project, name);
         Fingerprint(
             [&p.state, &p.log, &p.lock, &p.config()]
@@ -418,7 +418,7 @@ impl Fingerprint {
 }
 
 /// The five-deaths audit: halts by death, summed over `views`.
-pub fn total_deaths<'a>(views: impl IntoIterator<Item = &'a LoopView>) -> [u64; 5] {
+pub(super) fn total_deaths<'a>(views: impl IntoIterator<Item = &'a LoopView>) -> [u64; 5] {
     let mut t = [0; 5];
     for v in views {
         for (a, b) in t.iter_mut().zip(v.scan.deaths) {

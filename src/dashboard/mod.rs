@@ -16,9 +16,9 @@ mod server;
 mod watcher;
 
 use data::{Fingerprint, LoopView};
-pub use data::{LastAbort, Limits, Row, RowFn, Skipping};
-pub use page::Mode;
-pub use server::Server;
+pub(crate) use data::{LastAbort, Limits, Row, RowFn, Skipping};
+pub(crate) use page::Mode;
+pub(crate) use server::Server;
 
 /// Log lines the page's tail keeps (across loops), and how many a loop adds at start.
 const LOG_KEEP: usize = 200;
@@ -43,7 +43,7 @@ struct Src {
 }
 
 /// Every loop's view, and the projects' recent log lines.
-pub struct Model {
+pub(crate) struct Model {
     sources: Vec<Src>,
     row_fn: RowFn,
     /// Whether [`Model::refresh`] will be called again: only then does each loop's
@@ -59,7 +59,7 @@ pub struct Model {
 /// What changed on disk, as the watcher saw it: the projects whose list of loops may have
 /// changed, and the loops whose files did, by project (an index into the model's sources).
 #[derive(Debug, Default, PartialEq)]
-pub struct Changes {
+pub(crate) struct Changes {
     pub relist: BTreeSet<usize>,
     pub loops: BTreeSet<(usize, String)>,
 }
@@ -70,17 +70,17 @@ type Listed = (String, usize, Result<String, String>);
 
 impl Model {
     /// A model of `project`, kept current by [`Model::refresh`] (the dashboard).
-    pub fn new(project: &Path, row_fn: RowFn) -> Model {
+    pub(crate) fn new(project: &Path, row_fn: RowFn) -> Model {
         Model::read(Model::one(project), row_fn, true)
     }
 
     /// A model of `project` read once and never refreshed (`report`).
-    pub fn once(project: &Path, row_fn: RowFn) -> Model {
+    pub(crate) fn once(project: &Path, row_fn: RowFn) -> Model {
         Model::read(Model::one(project), row_fn, false)
     }
 
     /// A model of many projects (DESIGN §15), live (`watch`) or read once.
-    pub fn many(sources: &[crate::projects::Source], row_fn: RowFn, watch: bool) -> Model {
+    pub(crate) fn many(sources: &[crate::projects::Source], row_fn: RowFn, watch: bool) -> Model {
         let srcs = sources
             .iter()
             .map(|s| Src {
@@ -113,32 +113,32 @@ impl Model {
         m
     }
 
-    pub fn version(&self) -> u64 {
+    pub(crate) fn version(&self) -> u64 {
         self.version
     }
 
     /// The projects' directories, in the order [`Changes`] numbers them.
-    pub fn dirs(&self) -> Vec<PathBuf> {
+    pub(crate) fn dirs(&self) -> Vec<PathBuf> {
         self.sources.iter().map(|s| s.dir.clone()).collect()
     }
 
     /// Re-reads the loops whose files changed since the last refresh (a `stat` of each
     /// loop's files); returns whether anything did. Loops that appeared are added, loops
     /// that went away removed.
-    pub fn refresh(&mut self) -> bool {
+    pub(crate) fn refresh(&mut self) -> bool {
         let all: BTreeSet<usize> = (0..self.sources.len()).collect();
         self.update(&all, true, &BTreeSet::new())
     }
 
     /// [`Model::refresh`] of the projects `sources` only (those the kernel cannot watch).
-    pub fn refresh_sources(&mut self, sources: &BTreeSet<usize>) -> bool {
+    pub(crate) fn refresh_sources(&mut self, sources: &BTreeSet<usize>) -> bool {
         self.update(sources, true, &BTreeSet::new())
     }
 
     /// Takes in what a watcher saw: relists the projects named (adding and removing
     /// loops, without a `stat` of the others) and rebuilds the loops named. Returns
     /// whether anything changed.
-    pub fn apply(&mut self, c: &Changes) -> bool {
+    pub(crate) fn apply(&mut self, c: &Changes) -> bool {
         self.update(&c.relist, false, &c.loops)
     }
 
@@ -307,7 +307,7 @@ impl Model {
     }
 
     /// The page: live (with its script) or static.
-    pub fn page(&self, mode: Mode) -> String {
+    pub(crate) fn page(&self, mode: Mode) -> String {
         page::page(
             &self.title(),
             &self.cards(),
@@ -318,13 +318,13 @@ impl Model {
     }
 
     /// How many loops the page shows.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Exactly `status --json`'s document: the rows of the loops whose state loads, by name
     /// (over many projects, halted first, with the projects, as `status --all` prints it).
-    pub fn status(&self) -> Value {
+    pub(crate) fn status(&self) -> Value {
         let mut rows: Vec<&Row> = self
             .entries
             .values()
@@ -369,7 +369,7 @@ impl Model {
 
     /// What changed since `version` (cards, page order, summary) and the log lines after
     /// `seq`, as one server-sent event's data.
-    pub fn update_since(&self, version: u64, seq: u64) -> Value {
+    pub(crate) fn update_since(&self, version: u64, seq: u64) -> Value {
         let ordered = self.ordered();
         let cards: serde_json::Map<String, Value> = ordered
             .iter()
@@ -394,7 +394,7 @@ impl Model {
         })
     }
 
-    pub fn seq(&self) -> u64 {
+    pub(crate) fn seq(&self) -> u64 {
         self.seq
     }
 }

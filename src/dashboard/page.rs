@@ -14,7 +14,7 @@ const STYLE: &str = include_str!("style.css");
 /// Escapes text for HTML element content and attribute values; what a terminal would not
 /// show as it is ([`crate::out::is_unsafe`]: controls, line separators, bidi overrides,
 /// invisible format characters) an agent may have written becomes U+FFFD.
-pub fn escape(s: &str) -> String {
+pub(super) fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + s.len() / 8);
     let mut rest = s;
     loop {
@@ -46,7 +46,7 @@ pub fn escape(s: &str) -> String {
 
 /// Whether the page is served live (with its script) or written once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Live,
     Static,
 }
@@ -120,7 +120,7 @@ fn spend(
 }
 
 /// The score chart: the last scores in order, the goal as a dashed line.
-pub fn chart(points: &[Point], goal: Option<f64>) -> String {
+pub(super) fn chart(points: &[Point], goal: Option<f64>) -> String {
     let (w, h, pad) = (240.0, 70.0, 6.0);
     let mut s = format!(
         "<svg class=\"chart\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"score over the last {} iterations\">",
@@ -222,7 +222,7 @@ fn projects_line(o: &mut String, views: &[&LoopView]) {
 }
 
 /// One loop's card.
-pub fn article(v: &LoopView) -> String {
+pub(super) fn article(v: &LoopView) -> String {
     if v.project_broken {
         return format!(
             "<article class=\"loop broken project-broken\" id=\"loop-{name}\" data-standing=\"broken\"><header><h2>{label}</h2><span class=\"badge b-broken\">project unreadable</span></header><p class=\"problem\">{why}</p><div class=\"next\"><code>{fix}</code></div></article>",
@@ -437,7 +437,7 @@ fn details(o: &mut String, v: &LoopView, row: Option<&Row>) {
 }
 
 /// The counts, the five-deaths audit (totals as tiles; per loop in a table).
-pub fn summary(views: &[&LoopView]) -> String {
+pub(super) fn summary(views: &[&LoopView]) -> String {
     let mut by = [0usize; 4];
     for v in views {
         by[v.standing() as usize] += 1;
@@ -506,7 +506,7 @@ pub fn summary(views: &[&LoopView]) -> String {
 }
 
 /// One line of the log tail: `time loop EVENT rest`.
-pub fn log_line(name: &str, line: &str) -> String {
+pub(super) fn log_line(name: &str, line: &str) -> String {
     let (time, rest) = line.split_once(' ').unwrap_or(("", line));
     let (event, args) = rest.split_once(' ').unwrap_or((rest, ""));
     let ev: String = event
@@ -526,7 +526,7 @@ pub fn log_line(name: &str, line: &str) -> String {
 /// page order; `log` the newest lines (loop, line), oldest first; `stamp` the model's
 /// (version, log sequence) the page shows, which the live page's script hands back to
 /// `/events` so no change in between is lost.
-pub fn page(
+pub(super) fn page(
     title: &str,
     cards: &[(&LoopView, &str)],
     log: &[(String, String)],

@@ -32,10 +32,10 @@ use super::{Mode, Model};
 
 /// Where the kernel cannot tell, how often the loops' files are looked at: a change
 /// reaches the page within this plus the time to render it, well inside a second.
-pub const POLL: Duration = Duration::from_millis(500);
+pub(super) const POLL: Duration = Duration::from_millis(500);
 /// How long after the first event of a burst the changed loops are read: a tick writes its
 /// state, then its log; both land in one refresh.
-pub const DEBOUNCE: Duration = Duration::from_millis(30);
+pub(super) const DEBOUNCE: Duration = Duration::from_millis(30);
 /// A comment line to every `/events` client this often, so proxies and browsers keep it.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
@@ -43,7 +43,7 @@ const APP_JS: &str = include_str!("app.js");
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub(crate) enum ServeError {
     #[error(
         "cannot listen on 127.0.0.1:{port}: {source}; pass another --port (0 picks a free one)"
     )]
@@ -57,7 +57,7 @@ pub enum ServeError {
 }
 
 /// A bound, not yet serving, dashboard.
-pub struct Server {
+pub(crate) struct Server {
     listener: std::net::TcpListener,
     addr: SocketAddr,
     model: Model,
@@ -83,7 +83,7 @@ struct Clients {
 type Reply = Response<Either<Full<Bytes>, Sse>>;
 
 /// The body of `/events`: whatever the client's task sends.
-pub struct Sse(mpsc::Receiver<Bytes>);
+pub(super) struct Sse(mpsc::Receiver<Bytes>);
 
 impl Body for Sse {
     type Data = Bytes;
@@ -100,7 +100,7 @@ impl Body for Sse {
 impl Server {
     /// Binds 127.0.0.1:`port` (0: a free port) to serve `model` (made live:
     /// [`Model::new`] or [`Model::many`] with `watch`).
-    pub fn bind(model: Model, port: u16) -> Result<Server, ServeError> {
+    pub(crate) fn bind(model: Model, port: u16) -> Result<Server, ServeError> {
         let listener = std::net::TcpListener::bind(("127.0.0.1", port))
             .map_err(|source| ServeError::Bind { port, source })?;
         let addr = listener.local_addr()?;
@@ -111,12 +111,12 @@ impl Server {
         })
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Serves until the process is stopped.
-    pub fn run(self) -> Result<(), ServeError> {
+    pub(crate) fn run(self) -> Result<(), ServeError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .enable_time()

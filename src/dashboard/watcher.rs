@@ -19,7 +19,7 @@ use super::Changes;
 /// Set (non-empty) in the environment of `loopflow dashboard`, it polls the loops' files
 /// as where the kernel cannot notify: tests use it to exercise that path, and it is a way
 /// out should the watcher misbehave somewhere.
-pub const POLL_ENV: &str = "LOOPFLOW_DASHBOARD_POLL";
+pub(super) const POLL_ENV: &str = "LOOPFLOW_DASHBOARD_POLL";
 
 /// The files a loop's view is built from (`data::view`); other names in its directory
 /// (`.state.lock`, a state file's temporary twin, `outputs/`, `tmp/`, `worktree/`) change
@@ -33,14 +33,14 @@ const LOOP_FILES: [&str; 5] = [
 ];
 
 /// What the watcher hands the server's task: what the kernel reported, or stop.
-pub enum Msg {
+pub(super) enum Msg {
     Fs(notify::Result<Event>),
     Stop,
 }
 
 /// Why loops are polled instead of watched: said once on stderr.
 #[derive(Debug, thiserror::Error)]
-pub enum Unwatched {
+pub(super) enum Unwatched {
     #[error("{POLL_ENV} is set")]
     Asked,
     #[error("this platform has no file-system notification loopflow can use")]
@@ -92,7 +92,7 @@ struct Src {
 }
 
 /// The watches on every watched project.
-pub struct Watcher {
+pub(super) struct Watcher {
     inner: notify::RecommendedWatcher,
     srcs: Vec<Src>,
     /// Loop directory → (project, loop name), for each loop watched.
@@ -102,7 +102,7 @@ pub struct Watcher {
 impl Watcher {
     /// Watches the projects `dirs` (the model's sources, in order), sending what the
     /// kernel reports to `tx`; returns the projects it leaves to polling, with why.
-    pub fn start(
+    pub(super) fn start(
         dirs: &[PathBuf],
         tx: UnboundedSender<Msg>,
     ) -> Result<(Watcher, Vec<(usize, Unwatched)>), Unwatched> {
@@ -159,7 +159,7 @@ impl Watcher {
     }
 
     /// The projects left to polling.
-    pub fn polled(&self) -> BTreeSet<usize> {
+    pub(super) fn polled(&self) -> BTreeSet<usize> {
         (0..self.srcs.len())
             .filter(|&i| self.srcs[i].polled)
             .collect()
@@ -167,7 +167,10 @@ impl Watcher {
 
     /// What a burst of events changed; the watches follow (new loops watched, deleted
     /// ones dropped, a loops directory that appeared watched itself).
-    pub fn digest(&mut self, events: Vec<notify::Result<Event>>) -> Result<Changes, Unwatched> {
+    pub(super) fn digest(
+        &mut self,
+        events: Vec<notify::Result<Event>>,
+    ) -> Result<Changes, Unwatched> {
         let mut c = Changes::default();
         for ev in events {
             let ev = ev?;
@@ -271,8 +274,9 @@ fn nearest_dir(dir: &Path) -> PathBuf {
 fn network_fs(dir: &Path) -> Option<&'static str> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statfs fills the struct we pass, from a NUL-terminated path.
+    // SAFETY: all-zero is a valid statfs.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs fills the struct we pass, from a NUL-terminated path.
     if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 {
         return None;
     }

@@ -13,7 +13,7 @@ mod render;
 mod sarif;
 
 use render::{render_github, render_human, render_json};
-pub use sarif::render_sarif;
+pub(crate) use sarif::render_sarif;
 
 /// A file that diagnostics point into. `name` is what users see (relative when possible).
 #[derive(Debug)]
@@ -34,7 +34,7 @@ pub struct Source {
 }
 
 /// Pairs of (span in a converted text, span in its original).
-pub type SpanPairs = Vec<(Range<usize>, Range<usize>)>;
+pub(crate) type SpanPairs = Vec<(Range<usize>, Range<usize>)>;
 
 /// The file a converted text came from, and which of its pieces became which: one pair
 /// per key and per value, made by `pair(original, converted)` the first time a finding
@@ -89,7 +89,7 @@ impl Origin {
     }
 }
 
-pub type SourceRef = Arc<Source>;
+pub(crate) type SourceRef = Arc<Source>;
 
 impl Source {
     pub fn new(
@@ -156,7 +156,7 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 /// The byte offset of a 1-based `line` and byte `column` (as parsers outside loopflow
 /// count them: serde_json, handlebars), kept within that line and on a character
 /// boundary; past the last line, the end of the text.
-pub fn offset_of(text: &str, line: usize, column: usize) -> usize {
+pub(crate) fn offset_of(text: &str, line: usize, column: usize) -> usize {
     let start: usize = text
         .split_inclusive('\n')
         .take(line.saturating_sub(1))
@@ -173,7 +173,7 @@ pub fn offset_of(text: &str, line: usize, column: usize) -> usize {
 }
 
 /// `path` relative to `base` when it is under it, else as given.
-pub fn display_name(path: &Path, base: &Path) -> String {
+pub(crate) fn display_name(path: &Path, base: &Path) -> String {
     // Both plain UTF-8 without `.`, empty or trailing components (nearly always): their
     // components are the `/`-separated pieces, so a byte prefix is a component prefix.
     #[cfg(unix)]
@@ -531,7 +531,7 @@ impl Diagnostics {
 
 /// Output format of `check` (and of configuration errors reported by `run`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Human,
     Json,
     Github,
@@ -539,7 +539,7 @@ pub enum Format {
 }
 
 /// Renders diagnostics in the chosen format. `color` applies to `human` only.
-pub fn render(diags: &Diagnostics, format: Format, color: bool) -> String {
+pub(crate) fn render(diags: &Diagnostics, format: Format, color: bool) -> String {
     match format {
         Format::Human => render_human(diags, color),
         Format::Json => render_json(diags),
@@ -549,7 +549,7 @@ pub fn render(diags: &Diagnostics, format: Format, color: bool) -> String {
 }
 
 /// Edit distance, for "did you mean" suggestions.
-pub fn levenshtein(a: &str, b: &str) -> usize {
+pub(crate) fn levenshtein(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -564,7 +564,10 @@ pub fn levenshtein(a: &str, b: &str) -> usize {
 }
 
 /// The closest candidate within a small edit distance, if any.
-pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     candidates
         .into_iter()
         .map(|c| (levenshtein(word, c), c))
@@ -574,7 +577,7 @@ pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) ->
 }
 
 /// "`a`, `b` and `c`"
-pub fn list(items: &[impl AsRef<str>]) -> String {
+pub(crate) fn list(items: &[impl AsRef<str>]) -> String {
     let quoted: Vec<String> = items.iter().map(|s| format!("`{}`", s.as_ref())).collect();
     match quoted.len() {
         0 => "none".to_string(),

@@ -124,7 +124,7 @@ fn location(d: &Diagnostic, root: &Path, cwd: &Path) -> Value {
 
 /// SARIF 2.1.0 with one rule per code, so code scanning can track findings across runs.
 /// `root` is `%SRCROOT%`, the directory result paths are relative to.
-pub fn render_sarif(diags: &Diagnostics, root: &Path) -> String {
+pub(crate) fn render_sarif(diags: &Diagnostics, root: &Path) -> String {
     let cwd = std::env::current_dir().unwrap_or_default();
     let root = crate::fs_safe::normalize(&if root.is_absolute() {
         root.to_path_buf()

@@ -37,7 +37,7 @@ fn hex(b: &[u8]) -> String {
 
 /// Whether the worktree at `work_tree` (administrative directory `admin`, repository
 /// `common`) is certainly clean with HEAD at commit `head`.
-pub fn certainly_clean(admin: &Path, common: &Path, work_tree: &Path, head: &str) -> bool {
+pub(super) fn certainly_clean(admin: &Path, common: &Path, work_tree: &Path, head: &str) -> bool {
     check(admin, common, work_tree, head).unwrap_or(false)
 }
 

@@ -26,7 +26,7 @@ pub struct CopySettings<'a> {
 }
 
 /// The identity loopflow commits with where a repository has none.
-pub const LOOPFLOW_IDENTITY: (&str, &str) = ("loopflow", "loopflow@localhost");
+pub(crate) const LOOPFLOW_IDENTITY: (&str, &str) = ("loopflow", "loopflow@localhost");
 
 impl Repo {
     /// The identity this repository's commits carry (`user.name`, `user.email` as git
@@ -210,7 +210,7 @@ fn quoted(v: &str) -> String {
 }
 
 /// The `.git` file a loop's work tree holds: it names the loop's git directory.
-pub fn dotgit_text(git_dir: &Path) -> String {
+pub(super) fn dotgit_text(git_dir: &Path) -> String {
     format!("gitdir: {}\n", git_dir.display())
 }
 
@@ -261,7 +261,7 @@ impl Repo {
 /// Makes `<work_tree>/.git` the file naming `git_dir` again when it is anything else (a
 /// file naming another repository, a directory, a link); whether it had to. The new file
 /// is created beside it and renamed over it: never written through a link.
-pub fn restore_dotgit(git_dir: &Path, work_tree: &Path) -> std::io::Result<bool> {
+pub(super) fn restore_dotgit(git_dir: &Path, work_tree: &Path) -> std::io::Result<bool> {
     let dotgit = work_tree.join(".git");
     let want = dotgit_text(git_dir);
     let meta = std::fs::symlink_metadata(&dotgit);
@@ -292,7 +292,7 @@ pub fn restore_dotgit(git_dir: &Path, work_tree: &Path) -> std::io::Result<bool>
 
 /// The linked worktrees of a repository, as `git worktree list --porcelain` gives them:
 /// (path, branch), for the loops that still live in the old layout.
-pub fn linked_worktrees(repo: &Repo) -> Result<Vec<(PathBuf, Option<String>)>, GitError> {
+pub(crate) fn linked_worktrees(repo: &Repo) -> Result<Vec<(PathBuf, Option<String>)>, GitError> {
     let out = repo
         .git()
         .args(["worktree", "list", "--porcelain", "-z"])

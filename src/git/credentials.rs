@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// One credential found: where, and what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exposed {
+pub(crate) struct Exposed {
     pub file: PathBuf,
     /// 1-based.
     pub line: usize,
@@ -46,7 +46,7 @@ const MAX_FILE: u64 = 1 << 20;
 /// there is still named (a tick with worktrees off or without the read sandbox would
 /// hand it over), as out of their reach today. Found without starting git: a tick reads
 /// a few small files for it.
-pub fn exposed(project: &Path, checkout_readable: bool) -> Vec<Exposed> {
+pub(crate) fn exposed(project: &Path, checkout_readable: bool) -> Vec<Exposed> {
     let mut out = Vec::new();
     scan(Path::new("/etc/gitconfig"), 0, &mut out);
     let from = out.len();
@@ -173,7 +173,7 @@ fn found(file: &Path, line: usize, what: String, section: &str) -> Exposed {
 
 /// `url` without any user name or password (fit to be written into a generated file):
 /// `https://tok@host/r` → `https://host/r`; an scp-like `git@host:r` stays as it is.
-pub fn without_userinfo(url: &str) -> String {
+pub(crate) fn without_userinfo(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };

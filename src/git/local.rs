@@ -21,7 +21,7 @@ const PACKED_MAX: u64 = 64 << 20;
 /// worktree's own, which holds HEAD and the index), its common directory (refs,
 /// objects) and the top of its work tree, all canonical.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
+pub(super) struct Found {
     pub git_dir: PathBuf,
     pub common: PathBuf,
     pub top: PathBuf,
@@ -30,7 +30,7 @@ pub struct Found {
 /// The repository `dir` is in, found as git finds it (`.git` in `dir` or the nearest
 /// ancestor: a directory, or a file naming one, whose `commondir` names the main `.git`
 /// for a linked worktree).
-pub fn discover(dir: &Path) -> Option<Found> {
+pub(super) fn discover(dir: &Path) -> Option<Found> {
     let start = std::path::absolute(dir).ok()?;
     let dev = device(&start)?;
     for d in start.ancestors() {
@@ -68,7 +68,7 @@ pub fn discover(dir: &Path) -> Option<Found> {
 
 /// The directory a `.git` file (`gitdir: <path>`) names, a relative path taken from the
 /// file's own directory as git takes it.
-pub fn gitdir_file(file: &Path) -> Option<PathBuf> {
+pub(super) fn gitdir_file(file: &Path) -> Option<PathBuf> {
     let b = crate::fs_safe::head(file, SMALL).ok()?;
     let target = trim_newline(&b).strip_prefix(b"gitdir: ")?;
     Some(relative_to(file.parent()?, target))
@@ -76,7 +76,7 @@ pub fn gitdir_file(file: &Path) -> Option<PathBuf> {
 
 /// `path` (bytes from a git file, its trailing newline already cut or not) as an absolute
 /// path, a relative one joined onto `base`.
-pub fn relative_to(base: &Path, path: &[u8]) -> PathBuf {
+pub(super) fn relative_to(base: &Path, path: &[u8]) -> PathBuf {
     let p = path_of(trim_newline(path));
     if p.is_absolute() { p } else { base.join(p) }
 }
@@ -84,7 +84,7 @@ pub fn relative_to(base: &Path, path: &[u8]) -> PathBuf {
 /// The object id branch `refname` (`refs/heads/...`, which every worktree shares) points
 /// at in the repository whose common directory is `common`: `Some(None)` when git would
 /// find no such ref, `None` when only git can say.
-pub fn read_ref(common: &Path, refname: &str) -> Option<Option<String>> {
+pub(super) fn read_ref(common: &Path, refname: &str) -> Option<Option<String>> {
     let short = refname.strip_prefix("refs/heads/")?;
     if short
         .split('/')

@@ -9,10 +9,10 @@
 #[cfg(unix)]
 mod clean;
 mod copy;
-pub mod credentials;
+pub(crate) mod credentials;
 mod local;
 mod parse;
-pub mod remote;
+pub(crate) mod remote;
 mod repo;
 mod run;
 
@@ -23,9 +23,9 @@ use std::ffi::OsString;
 #[cfg(unix)]
 use std::os::unix::ffi::OsStringExt;
 
-pub use copy::{CopySettings, LOOPFLOW_IDENTITY, linked_worktrees};
-pub use parse::{Change, MODE_GITLINK, MODE_SYMLINK, StatusEntry, paths_of};
-pub use repo::{Repo, init_scratch, version};
+pub(crate) use copy::{CopySettings, LOOPFLOW_IDENTITY, linked_worktrees};
+pub(crate) use parse::{Change, MODE_GITLINK, MODE_SYMLINK, StatusEntry, paths_of};
+pub(crate) use repo::{Repo, init_scratch, version};
 
 /// A git command that could not run, or said no.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +72,7 @@ pub enum CopyError {
 }
 
 /// The stdout of a finished git command, or its stderr as the error.
-pub fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, GitError> {
+pub(crate) fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, GitError> {
     if out.status.success() {
         Ok(out.stdout)
     } else {
@@ -84,7 +84,7 @@ pub fn ok(out: std::process::Output, what: &str) -> Result<Vec<u8>, GitError> {
 }
 
 /// The top of the work tree `dir` is in (the user's checkout), `None` outside any.
-pub fn toplevel(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn toplevel(dir: &Path) -> Option<PathBuf> {
     Repo::checkout(dir)
         .ok()
         .flatten()
@@ -94,7 +94,7 @@ pub fn toplevel(dir: &Path) -> Option<PathBuf> {
 
 /// The object `spec` names in the user's repository `dir` is in (`rev-parse --verify`),
 /// `None` when it names none; an error outside any repository.
-pub fn rev(dir: &Path, spec: &str) -> Result<Option<String>, GitError> {
+pub(crate) fn rev(dir: &Path, spec: &str) -> Result<Option<String>, GitError> {
     match Repo::checkout(dir)? {
         Some(r) => r.rev(spec),
         None => Err(GitError::Failed {
@@ -106,7 +106,7 @@ pub fn rev(dir: &Path, spec: &str) -> Result<Option<String>, GitError> {
 
 /// A path as git prints it with `-z`: bytes, not necessarily UTF-8.
 #[cfg(unix)]
-pub fn path_of(b: &[u8]) -> PathBuf {
+pub(crate) fn path_of(b: &[u8]) -> PathBuf {
     PathBuf::from(OsString::from_vec(b.to_vec()))
 }
 

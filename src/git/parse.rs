@@ -31,7 +31,7 @@ impl StatusEntry {
     }
 }
 
-pub fn parse_entries(raw: &[u8]) -> Vec<StatusEntry> {
+pub(super) fn parse_entries(raw: &[u8]) -> Vec<StatusEntry> {
     let mut out = Vec::new();
     let mut fields = raw.split(|b| *b == 0).filter(|f| !f.is_empty());
     while let Some(f) = fields.next() {
@@ -55,7 +55,7 @@ pub fn parse_entries(raw: &[u8]) -> Vec<StatusEntry> {
 }
 
 /// Every path of a status listing, both sides of renames.
-pub fn paths_of(entries: &[StatusEntry]) -> Vec<PathBuf> {
+pub(crate) fn paths_of(entries: &[StatusEntry]) -> Vec<PathBuf> {
     entries
         .iter()
         .flat_map(|e| std::iter::once(e.path.clone()).chain(e.orig.clone()))
@@ -74,10 +74,10 @@ pub struct Change {
     pub object: String,
 }
 
-pub const MODE_SYMLINK: u32 = 0o120000;
-pub const MODE_GITLINK: u32 = 0o160000;
+pub(crate) const MODE_SYMLINK: u32 = 0o120000;
+pub(crate) const MODE_GITLINK: u32 = 0o160000;
 
-pub fn parse_raw(raw: &[u8]) -> Result<Vec<Change>, GitError> {
+pub(super) fn parse_raw(raw: &[u8]) -> Result<Vec<Change>, GitError> {
     let bad = || GitError::Unexpected {
         what: "diff-tree".into(),
         output: String::from_utf8_lossy(&raw[..raw.len().min(200)]).into_owned(),

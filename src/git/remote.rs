@@ -12,7 +12,7 @@ use super::{GitError, trim_newline};
 
 /// How loopflow's own git processes authenticate to the remote.
 #[derive(Clone)]
-pub enum Auth {
+pub(crate) enum Auth {
     /// `LOOPFLOW_GIT_TOKEN` (or the file `LOOPFLOW_GIT_TOKEN_FILE` names): sent as an HTTP
     /// `Authorization` header set in the environment of the git process that needs it.
     Token(String),
@@ -32,12 +32,12 @@ impl std::fmt::Debug for Auth {
 
 /// The variable that carries the token, and the one that names a file holding it (a
 /// Kubernetes Secret mounted where no tick's process can read it).
-pub const TOKEN_VAR: &str = "LOOPFLOW_GIT_TOKEN";
-pub const TOKEN_FILE_VAR: &str = "LOOPFLOW_GIT_TOKEN_FILE";
+pub(crate) const TOKEN_VAR: &str = "LOOPFLOW_GIT_TOKEN";
+pub(crate) const TOKEN_FILE_VAR: &str = "LOOPFLOW_GIT_TOKEN_FILE";
 
 impl Auth {
     /// From loopflow's environment: the token, the token file, else the user's setup.
-    pub fn from_env() -> Result<Auth, GitError> {
+    pub(crate) fn from_env() -> Result<Auth, GitError> {
         if let Some(t) = std::env::var_os(TOKEN_VAR).filter(|t| !t.is_empty()) {
             return token(t.to_string_lossy().trim());
         }
@@ -107,7 +107,7 @@ fn base64(b: &[u8]) -> String {
 }
 
 /// One remote of one repository, as loopflow's git talks to it.
-pub struct Remote<'a> {
+pub(crate) struct Remote<'a> {
     /// Any directory of the local repository (the project).
     pub repo: &'a Path,
     /// The remote's name (`origin`) or URL.
@@ -117,7 +117,7 @@ pub struct Remote<'a> {
 
 /// Why a fetch did not bring the refs asked for.
 #[derive(Debug, thiserror::Error)]
-pub enum FetchError {
+pub(crate) enum FetchError {
     /// A ref asked for by its exact name is not on the remote.
     #[error("a ref is missing on the remote")]
     Missing,
@@ -127,7 +127,7 @@ pub enum FetchError {
 
 /// What a ref on the remote must be for a push to go through.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expect {
+pub(crate) enum Expect {
     /// It must not exist.
     Absent,
     /// It must point at this commit.
@@ -136,7 +136,7 @@ pub enum Expect {
 
 /// One ref a push sets: `dst` on the remote to the local object `src`, if it is `expect`.
 #[derive(Debug, Clone)]
-pub struct Update {
+pub(crate) struct Update {
     pub src: String,
     pub dst: String,
     pub expect: Expect,
@@ -144,7 +144,7 @@ pub struct Update {
 
 /// How a push ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Pushed {
+pub(crate) enum Pushed {
     /// The remote took every update.
     Accepted,
     /// The remote refused (a ref was not what was expected): nothing changed there.
@@ -181,7 +181,7 @@ impl Remote<'_> {
 
     /// Fetches each `(remote ref, local ref)` pair, forced (the local refs are only a copy
     /// of the remote's). [`FetchError::Missing`] when a remote ref does not exist.
-    pub fn fetch(&self, pairs: &[(&str, &str)]) -> Result<(), FetchError> {
+    pub(crate) fn fetch(&self, pairs: &[(&str, &str)]) -> Result<(), FetchError> {
         let specs: Vec<String> = pairs.iter().map(|(s, d)| format!("+{s}:{d}")).collect();
         let mut args = vec![
             "fetch",
@@ -207,7 +207,7 @@ impl Remote<'_> {
     }
 
     /// Which of `refs` exist on the remote: `(name, object)` for each that does.
-    pub fn list(&self, refs: &[&str]) -> Result<Vec<(String, String)>, GitError> {
+    pub(crate) fn list(&self, refs: &[&str]) -> Result<Vec<(String, String)>, GitError> {
         let mut args = vec!["ls-remote", "--refs", self.name];
         args.extend(refs.iter().copied());
         let out = super::ok(self.run(&args)?, "ls-remote")?;
@@ -223,7 +223,7 @@ impl Remote<'_> {
     /// Pushes `updates` with a compare-and-swap on each (`--force-with-lease`), all or
     /// none (`--atomic`) when there are several: the remote's own ref transaction decides
     /// every race.
-    pub fn push(&self, updates: &[Update]) -> Result<Pushed, GitError> {
+    pub(crate) fn push(&self, updates: &[Update]) -> Result<Pushed, GitError> {
         let leases: Vec<String> = updates
             .iter()
             .map(|u| match &u.expect {
@@ -286,7 +286,7 @@ fn push_result(stdout: &[u8], stderr: &[u8], success: bool) -> Pushed {
 
 /// Writes a commit of a flat tree holding `files` (name, bytes), on `parent`, by loopflow;
 /// its id. Nothing but objects is written: no ref moves.
-pub fn write_commit(
+pub(crate) fn write_commit(
     repo: &Path,
     files: &[(&str, &[u8])],
     parent: Option<&str>,
@@ -318,7 +318,7 @@ pub fn write_commit(
 
 /// The bytes of each of `names` in `commit`'s tree (`None`: not there), read by one
 /// `cat-file --batch`.
-pub fn read_files(
+pub(crate) fn read_files(
     repo: &Path,
     commit: &str,
     names: &[&str],
@@ -361,7 +361,7 @@ pub fn read_files(
 }
 
 /// Points the local ref `name` at `oid` (`update-ref`, no compare: a local copy).
-pub fn set_ref(repo: &Path, name: &str, oid: &str) -> Result<(), GitError> {
+pub(crate) fn set_ref(repo: &Path, name: &str, oid: &str) -> Result<(), GitError> {
     repo_of(repo)?
         .git()
         .args(["update-ref", "-m", "loopflow fetch", name, oid])
@@ -370,7 +370,7 @@ pub fn set_ref(repo: &Path, name: &str, oid: &str) -> Result<(), GitError> {
 }
 
 /// Removes the local ref `name` if it is there.
-pub fn delete_ref(repo: &Path, name: &str) -> Result<(), GitError> {
+pub(crate) fn delete_ref(repo: &Path, name: &str) -> Result<(), GitError> {
     repo_of(repo)?
         .git()
         .args(["update-ref", "-d", name])
@@ -379,7 +379,7 @@ pub fn delete_ref(repo: &Path, name: &str) -> Result<(), GitError> {
 }
 
 /// The URL of remote `name` as the repository configures it, `None` when it has none.
-pub fn url(repo: &Path, name: &str) -> Option<String> {
+pub(crate) fn url(repo: &Path, name: &str) -> Option<String> {
     let out = repo_of(repo)
         .ok()?
         .git()
@@ -391,7 +391,7 @@ pub fn url(repo: &Path, name: &str) -> Option<String> {
 }
 
 /// The commit `HEAD` names in `repo`, `None` when unborn.
-pub fn head(repo: &Path) -> Option<String> {
+pub(crate) fn head(repo: &Path) -> Option<String> {
     repo_of(repo).ok()?.rev("HEAD").ok().flatten()
 }
 

@@ -631,7 +631,11 @@ impl Repo {
 /// A new repository at `dir` on `branch`, with an identity of its own and no commit
 /// signing: a throw-away project's (the demo's), which a user's global settings must not
 /// stop.
-pub fn init_scratch(dir: &Path, branch: &str, identity: (&str, &str)) -> Result<Repo, GitError> {
+pub(crate) fn init_scratch(
+    dir: &Path,
+    branch: &str,
+    identity: (&str, &str),
+) -> Result<Repo, GitError> {
     Git::bare(dir)
         .args(["init", "-q", "-b", branch])
         .ok("init")?;
@@ -666,7 +670,7 @@ impl Repo {
 
 /// What `git --version` says (`git version 2.47.3`), and its major and minor numbers;
 /// `None` without a git that runs.
-pub fn version() -> Option<(String, (u32, u32))> {
+pub(crate) fn version() -> Option<(String, (u32, u32))> {
     let out = Git::bare(Path::new("/"))
         .arg("--version")
         .ok("--version")

@@ -63,7 +63,7 @@ const SCRUBBED: &[&str] = &[
 
 /// One git command, built up and then run once.
 #[must_use]
-pub struct Git {
+pub(super) struct Git {
     cwd: PathBuf,
     pre: Vec<OsString>,
     args: Vec<OsString>,

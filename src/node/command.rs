@@ -7,7 +7,7 @@ use crate::reason::Failure;
 use crate::template::Tmpl;
 use crate::toml_read::Table;
 
-pub struct Command;
+pub(super) struct Command;
 
 impl NodeKind for Command {
     fn name(&self) -> &'static str {

@@ -9,7 +9,7 @@ use crate::lifecycle::{Delta, TaskUpdate};
 use crate::node::{NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
 use crate::toml_read::Table;
 
-pub struct Commit;
+pub(super) struct Commit;
 
 impl NodeKind for Commit {
     fn name(&self) -> &'static str {
@@ -57,13 +57,13 @@ fn reported_usage(path: &std::path::Path) -> (f64, u64) {
 /// when there are any, replace the verifier's guess (`cost_usd` / `tokens` in the
 /// verdict) that would otherwise count the same spend twice — plus wall time.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
-pub struct Spend {
+pub(crate) struct Spend {
     pub usd: f64,
     pub tokens: u64,
     pub seconds: f64,
 }
 
-pub fn spend_of<'a>(outputs: impl Iterator<Item = &'a NodeOutput> + Clone) -> Spend {
+pub(crate) fn spend_of<'a>(outputs: impl Iterator<Item = &'a NodeOutput> + Clone) -> Spend {
     // A replay from the verdict cache ran nothing and spent nothing: neither what its
     // replayed output reports nor the replayed verdict's own figures count again.
     let replayed = outputs.clone().any(|o| o.cached);

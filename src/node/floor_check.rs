@@ -8,7 +8,7 @@ use crate::node::{NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
 use crate::reason::{HaltReason, Intervention};
 use crate::toml_read::Table;
 
-pub struct FloorCheck;
+pub(crate) struct FloorCheck;
 
 impl NodeKind for FloorCheck {
     fn name(&self) -> &'static str {
@@ -27,7 +27,7 @@ struct FloorNode;
 
 /// Best-effort detection from the environment the agents will run in.
 /// Returns the value and where it came from.
-pub fn detect() -> Option<(u64, &'static str)> {
+pub(crate) fn detect() -> Option<(u64, &'static str)> {
     [
         "LOOPFLOW_CONTEXT_TOKENS",
         "OLLAMA_CONTEXT_LENGTH",

@@ -6,7 +6,7 @@ use crate::diag::Diagnostics;
 use crate::node::{NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec};
 use crate::toml_read::Table;
 
-pub struct Gate;
+pub(super) struct Gate;
 
 impl NodeKind for Gate {
     fn name(&self) -> &'static str {

@@ -15,16 +15,16 @@ use crate::verdict::Verdict;
 
 mod command;
 mod commit;
-pub use commit::spend_of;
-pub use git_commit::{Baseline, BaselineError, Leftovers};
+pub(crate) use commit::spend_of;
+pub(crate) use git_commit::{Baseline, BaselineError, Leftovers};
 mod ctx;
-pub mod floor_check;
+pub(crate) mod floor_check;
 mod gate;
 mod git_commit;
 mod harness;
 mod verdict;
 
-pub use ctx::{ArgvError, Host, NodeCtx, Settled, Spawn, Stop, TickScope, Upstream};
+pub(crate) use ctx::{ArgvError, Host, NodeCtx, Settled, Spawn, Stop, TickScope, Upstream};
 
 /// A key a node kind accepts besides the common ones, for `check` and the JSON Schema.
 #[derive(Debug, Clone, Copy)]
@@ -174,7 +174,7 @@ pub static REGISTRY: &[&dyn NodeKind] = &[
     &git_commit::GitCommit,
 ];
 
-pub fn kind(name: &str) -> Option<&'static dyn NodeKind> {
+pub(crate) fn kind(name: &str) -> Option<&'static dyn NodeKind> {
     REGISTRY.iter().copied().find(|k| k.name() == name)
 }
 
@@ -195,7 +195,7 @@ pub const COMMON_KEYS: &[&str] = &[
 
 /// A placeholder for a node whose configuration had errors; never run.
 #[derive(Debug)]
-pub struct Broken;
+pub(crate) struct Broken;
 
 impl NodeSpec for Broken {
     fn run(&self, _ctx: &NodeCtx<'_>) -> NodeRun {
@@ -204,10 +204,10 @@ impl NodeSpec for Broken {
 }
 
 /// How much of a node's stdout is kept in memory for `nodes.<id>.output`.
-pub const OUTPUT_CAP: usize = 64 * 1024;
+pub(crate) const OUTPUT_CAP: usize = 64 * 1024;
 
 /// Shell-style quoting for showing an argv to people (never for running it).
-pub fn show_argv(argv: &[String]) -> String {
+pub(crate) fn show_argv(argv: &[String]) -> String {
     argv.iter()
         .map(|a| {
             if !a.is_empty()

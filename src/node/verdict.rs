@@ -6,7 +6,7 @@ use crate::node::{Key, KeyType, NodeCtx, NodeKind, NodeOutput, NodeRun, NodeSpec
 use crate::reason::{HaltReason, VerifierFailure};
 use crate::toml_read::{Str, Table};
 
-pub struct VerdictKind;
+pub(super) struct VerdictKind;
 
 impl NodeKind for VerdictKind {
     fn name(&self) -> &'static str {

@@ -49,7 +49,7 @@ impl Pipeline {
 }
 
 impl Draft {
-    pub fn view(&self) -> View<'_> {
+    pub(crate) fn view(&self) -> View<'_> {
         View::new(&self.source, &self.nodes, &self.index, None)
     }
 }

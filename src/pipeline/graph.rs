@@ -21,7 +21,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Mutex;
 
-pub use fixedbitset::FixedBitSet;
+pub(crate) use fixedbitset::FixedBitSet;
 
 /// How many nodes a backward search may visit before the asked-about node's full
 /// descendant set is computed and kept instead.
@@ -89,7 +89,7 @@ fn flatten(
 
 /// Builds the graph from `needs[v]` = the nodes `v` waits for (sorted, deduplicated). On
 /// cycles, returns each cycle as the list of its nodes in dependency order.
-pub fn build(needs: &[Vec<usize>]) -> Result<Dag, Vec<Vec<usize>>> {
+pub(crate) fn build(needs: &[Vec<usize>]) -> Result<Dag, Vec<Vec<usize>>> {
     let n = needs.len();
     let (needs_at, flat_needs) = flatten(needs.iter().map(|d| d.iter().map(|&u| u as u32)), n);
     // The reverse lists, by counting: O(n + e).

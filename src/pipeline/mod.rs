@@ -14,20 +14,20 @@ use crate::template::Tmpl;
 use crate::toml_read::Str;
 
 mod check;
-pub mod graph;
+pub(crate) mod graph;
 mod parse;
 
-pub use check::{TemplatePlace, View};
-pub use graph::Dag;
-pub use parse::Draft;
+pub(crate) use check::{TemplatePlace, View};
+pub(crate) use graph::Dag;
+pub(crate) use parse::Draft;
 
 /// The default tick, embedded so a copied binary works on its own.
-pub const DEFAULT_TICK: &str = include_str!("../../pipelines/tick.toml");
-pub const DEFAULT_TICK_NAME: &str = "pipelines/tick.toml (built in)";
+pub(crate) const DEFAULT_TICK: &str = include_str!("../../pipelines/tick.toml");
+pub(crate) const DEFAULT_TICK_NAME: &str = "pipelines/tick.toml (built in)";
 
 /// The most nodes a pipeline may have: far beyond any real tick, and a bound on what a
 /// hostile file can make `check` and `run` do (each is linear in nodes up to here).
-pub const MAX_NODES: usize = 20_000;
+pub(crate) const MAX_NODES: usize = 20_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnFailure {

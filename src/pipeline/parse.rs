@@ -13,7 +13,7 @@ use crate::toml_read::{self, Str, Table};
 
 /// A pipeline as written: its nodes, not yet known to form a DAG.
 #[derive(Debug)]
-pub struct Draft {
+pub(crate) struct Draft {
     pub source: SourceRef,
     pub name: String,
     pub description: Option<String>,
@@ -27,7 +27,7 @@ impl Draft {
     /// Parses a pipeline file, pushing every problem into `diags`. A file with syntax
     /// errors is read as far as it parses (what it holds is still checked); callers look
     /// at the diagnostics before running anything.
-    pub fn parse(source: &SourceRef, diags: &mut Diagnostics) -> Draft {
+    pub(crate) fn parse(source: &SourceRef, diags: &mut Diagnostics) -> Draft {
         let (doc, _) = toml_read::parse_partial(source, diags);
         let root = Table::new(source, doc.get_ref(), 0..0, "");
         root.deny_unknown(&["name", "description", "nodes"], diags);
@@ -88,7 +88,7 @@ impl Draft {
     /// Builds the DAG and runs every check that needs it. `Err` gives the draft back when
     /// there is no DAG (a cycle, too many nodes), so what depends on the nodes alone (a
     /// loop's roles and prompts) can still be checked.
-    pub fn validate(self, diags: &mut Diagnostics) -> Result<Pipeline, Box<Draft>> {
+    pub(crate) fn validate(self, diags: &mut Diagnostics) -> Result<Pipeline, Box<Draft>> {
         if self.too_many {
             return Err(Box::new(self));
         }

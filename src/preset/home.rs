@@ -134,7 +134,7 @@ fn relative_ok(p: &str) -> bool {
 /// Why the agent's own state could not be made ready (the node then fails: an agent
 /// pointed at the user's state instead would be a way out).
 #[derive(Debug, thiserror::Error)]
-pub enum HomeError {
+pub(crate) enum HomeError {
     #[error(
         "neither XDG_STATE_HOME nor HOME is set: there is nowhere to keep the agent's own state"
     )]
@@ -147,7 +147,7 @@ pub enum HomeError {
 }
 
 /// Where a loop's agent of `preset` keeps its state.
-pub fn root(project: &Path, loop_name: &str, preset: &str) -> Result<PathBuf, HomeError> {
+pub(crate) fn root(project: &Path, loop_name: &str, preset: &str) -> Result<PathBuf, HomeError> {
     Ok(crate::state::machine::base()
         .ok_or(HomeError::NoHome)?
         .join("agents")
@@ -159,14 +159,14 @@ pub fn root(project: &Path, loop_name: &str, preset: &str) -> Result<PathBuf, Ho
 /// The agent's state, ready: what to set in its environment, what it may write, and
 /// what could not be seeded (said as a WARN; the run goes on).
 #[derive(Debug, Default)]
-pub struct Home {
+pub(crate) struct Home {
     pub env: Vec<(String, String)>,
     pub write: Vec<PathBuf>,
     pub notes: Vec<String>,
 }
 
 /// The user's file a seed copies, when one of its candidates resolves.
-pub fn source(seed: &Seed) -> Option<PathBuf> {
+pub(crate) fn source(seed: &Seed) -> Option<PathBuf> {
     seed.from.iter().find_map(|c| expand(c))
 }
 
@@ -271,7 +271,7 @@ fn merge(base: &mut Value, over: &Value) {
 
 /// JSON with comments (`//`, `/* */`) and trailing commas, as OpenCode's `.jsonc`, made
 /// plain JSON.
-pub fn strip_jsonc(s: &str) -> String {
+pub(crate) fn strip_jsonc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
     let mut in_str = false;
@@ -346,7 +346,7 @@ pub fn strip_jsonc(s: &str) -> String {
 
 /// Makes the agent's state ready under `root`: its directories (mode 700), then every
 /// seed. Directories and files the agent replaced with links are replaced, never followed.
-pub fn prepare(spec: &StateSpec, root: &Path) -> Result<Home, HomeError> {
+pub(crate) fn prepare(spec: &StateSpec, root: &Path) -> Result<Home, HomeError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |error| HomeError::Io { path, error }
@@ -486,7 +486,7 @@ mod at {
         Ok((dir, last))
     }
 
-    pub fn ensure_dir(root: &Path, rel: &str) -> io::Result<()> {
+    pub(super) fn ensure_dir(root: &Path, rel: &str) -> io::Result<()> {
         let (dir, last) = parent_of(root, rel)?;
         dir_at(&dir, last).map(drop)
     }
@@ -514,7 +514,7 @@ mod at {
         }
     }
 
-    pub fn write(root: &Path, rel: &str, bytes: &[u8]) -> io::Result<()> {
+    pub(super) fn write(root: &Path, rel: &str, bytes: &[u8]) -> io::Result<()> {
         use std::io::Write;
         let (dir, last) = parent_of(root, rel)?;
         let c = cstr(last)?;
@@ -536,7 +536,7 @@ mod at {
         f.write_all(bytes)
     }
 
-    pub fn remove(root: &Path, rel: &str) -> io::Result<()> {
+    pub(super) fn remove(root: &Path, rel: &str) -> io::Result<()> {
         match parent_of(root, rel) {
             Ok((dir, last)) => unlink(&dir, &cstr(last)?),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -544,7 +544,7 @@ mod at {
         }
     }
 
-    pub fn is_file(root: &Path, rel: &str) -> bool {
+    pub(super) fn is_file(root: &Path, rel: &str) -> bool {
         let Ok((dir, last)) = parent_of(root, rel) else {
             return false;
         };

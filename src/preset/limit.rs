@@ -15,7 +15,7 @@ use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::toml_read::Table;
 
 /// How long a limit stands when the CLI names no reset time.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(15 * 60);
+pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(15 * 60);
 
 /// The longest a reset time read from a message is believed (a misread date must not
 /// stop a loop for a year).
@@ -177,7 +177,7 @@ fn documents(format: OutputFormat, text: &str) -> Vec<Value> {
 /// after 3600s", "try again in 2 hours 5 minutes", "Please retry in 20s", "try again at
 /// 3:51 PM" (the next such time, local), or a Unix time after `|`. `None` when it names
 /// none.
-pub fn reset_in(message: &str, now: &jiff::Zoned) -> Option<jiff::Timestamp> {
+pub(crate) fn reset_in(message: &str, now: &jiff::Zoned) -> Option<jiff::Timestamp> {
     let low = message.to_lowercase();
     let words: Vec<&str> = low
         .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
@@ -311,7 +311,7 @@ fn clock(words: &[&str], now: &jiff::Zoned) -> Option<jiff::Timestamp> {
 
 /// When a limit reported at `now` lifts: the message's reset time (never past, at most a
 /// week away), else `now` plus the preset's default wait.
-pub fn until(message: &str, wait: Duration, now: &jiff::Zoned) -> jiff::Timestamp {
+pub(crate) fn until(message: &str, wait: Duration, now: &jiff::Zoned) -> jiff::Timestamp {
     let at = now.timestamp();
     let fallback = at
         .checked_add(jiff::SignedDuration::from_secs(wait.as_secs() as i64))
@@ -330,7 +330,7 @@ pub fn until(message: &str, wait: Duration, now: &jiff::Zoned) -> jiff::Timestam
 
 /// A standing limit, as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     pub preset: String,
     /// RFC 3339 UTC.
     pub until: String,
@@ -343,7 +343,7 @@ pub struct Record {
 
 impl Record {
     /// When it lifts.
-    pub fn until_ts(&self) -> Option<jiff::Timestamp> {
+    pub(crate) fn until_ts(&self) -> Option<jiff::Timestamp> {
         self.until.parse().ok()
     }
 
@@ -355,7 +355,7 @@ impl Record {
 /// A short, stable name for the credential a preset's agent would use: its key variables'
 /// values when any is set, else which login files it would copy. Hashed; the credential
 /// itself is never stored or shown.
-pub fn credential_key(preset: &super::Preset) -> String {
+pub(crate) fn credential_key(preset: &super::Preset) -> String {
     let mut h = blake3::Hasher::new();
     let mut any = false;
     for var in &preset.secrets {
@@ -387,7 +387,7 @@ fn path_for(preset: &super::Preset) -> Option<PathBuf> {
 }
 
 /// The limit standing now for `preset` with the credential it would use, if any.
-pub fn standing(preset: &super::Preset) -> Option<Record> {
+pub(crate) fn standing(preset: &super::Preset) -> Option<Record> {
     let p = path_for(preset)?;
     let text = crate::fs_safe::read_to_string(&p).ok()?;
     let r: Record = serde_json::from_str(&text).ok()?;
@@ -395,7 +395,7 @@ pub fn standing(preset: &super::Preset) -> Option<Record> {
 }
 
 /// The standing limit that lifts last among `presets`, if any stands.
-pub fn standing_any(presets: &[std::sync::Arc<super::Preset>]) -> Option<Record> {
+pub(crate) fn standing_any(presets: &[std::sync::Arc<super::Preset>]) -> Option<Record> {
     presets
         .iter()
         .filter_map(|p| standing(p))
@@ -403,7 +403,7 @@ pub fn standing_any(presets: &[std::sync::Arc<super::Preset>]) -> Option<Record>
 }
 
 /// Records a limit for every loop of `preset` with this credential.
-pub fn record(preset: &super::Preset, r: &Record) -> std::io::Result<PathBuf> {
+pub(crate) fn record(preset: &super::Preset, r: &Record) -> std::io::Result<PathBuf> {
     let p = path_for(preset)
         .ok_or_else(|| std::io::Error::other("neither XDG_STATE_HOME nor HOME is set"))?;
     let d = p.parent().unwrap_or(Path::new("."));
@@ -414,7 +414,7 @@ pub fn record(preset: &super::Preset, r: &Record) -> std::io::Result<PathBuf> {
 }
 
 /// RFC 3339 UTC, to the second.
-pub fn rfc3339(t: jiff::Timestamp) -> String {
+pub(crate) fn rfc3339(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 

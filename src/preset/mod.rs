@@ -6,22 +6,22 @@
 //! and refusals. Each preset is a data file under `presets/`, embedded in the binary and
 //! checked against the real CLI in `tests/it/agents.rs`.
 
-pub mod home;
-pub mod limit;
+pub(crate) mod home;
+pub(crate) mod limit;
 mod usage;
 
 use indexmap::IndexMap;
 
-pub use home::StateSpec;
-pub use limit::LimitRule;
-pub use usage::{OutputFormat, UsageRule, extract};
+pub(crate) use home::StateSpec;
+pub(crate) use limit::LimitRule;
+pub(crate) use usage::{OutputFormat, UsageRule, extract};
 
 use crate::diag::{Diagnostics, Source, SourceRef};
 use crate::template::Tmpl;
 use crate::toml_read::{self, Table};
 
 /// Every preset: (name, file text).
-pub const PRESETS: &[(&str, &str)] = &[
+pub(crate) const PRESETS: &[(&str, &str)] = &[
     (
         "claude-code",
         include_str!("../../presets/claude-code.toml"),
@@ -33,13 +33,13 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("goose", include_str!("../../presets/goose.toml")),
 ];
 
-pub fn names() -> Vec<&'static str> {
+pub(crate) fn names() -> Vec<&'static str> {
     PRESETS.iter().map(|(n, _)| *n).collect()
 }
 
 /// The preset `word` most likely means: a near miss (`claud-code`) or the start of a
 /// name (`claude`). For "did you mean" hints.
-pub fn closest(word: &str) -> Option<&'static str> {
+pub(crate) fn closest(word: &str) -> Option<&'static str> {
     let names = names();
     crate::diag::suggest(word, names.iter().copied()).or_else(|| {
         names
@@ -50,7 +50,7 @@ pub fn closest(word: &str) -> Option<&'static str> {
 }
 
 /// Where `program` is on `PATH`, if anywhere (a file; a bare name only).
-pub fn find_on_path(program: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn find_on_path(program: &str) -> Option<std::path::PathBuf> {
     if program.is_empty() || program.contains('/') {
         return None;
     }
@@ -131,12 +131,12 @@ pub enum Registry<'a> {
 /// would be reported against `presets/<name>.toml`. Each is parsed once per process: a
 /// `status` of many loops naming one preset read its TOML again for every loop (a third
 /// of the command's CPU).
-pub fn load(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
+pub(crate) fn load(name: &str, diags: &mut Diagnostics) -> Option<Preset> {
     load_shared(name, diags).map(|p| (*p).clone())
 }
 
 /// [`load`], shared rather than copied (a loop's config holds one per agent table).
-pub fn load_shared(name: &str, diags: &mut Diagnostics) -> Option<std::sync::Arc<Preset>> {
+pub(crate) fn load_shared(name: &str, diags: &mut Diagnostics) -> Option<std::sync::Arc<Preset>> {
     type Cache = std::sync::Mutex<Vec<std::sync::Arc<Preset>>>;
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);

@@ -50,7 +50,7 @@ pub struct UsageRule {
 
 /// What an agent reported about its run.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Usage {
+pub(crate) struct Usage {
     pub text: Option<String>,
     pub cost_usd: Option<f64>,
     pub tokens: Option<u64>,
@@ -258,7 +258,7 @@ fn denial_line(v: &Value) -> String {
 /// are added up over every pointer and every document (an event stream reports each
 /// step); the answer is the last string found (in documents the filter admits). Output
 /// that is not JSON yields nothing.
-pub fn extract(rule: &UsageRule, stdout: &str) -> Usage {
+pub(crate) fn extract(rule: &UsageRule, stdout: &str) -> Usage {
     if rule.is_empty() {
         return Usage::default();
     }

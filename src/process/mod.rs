@@ -20,10 +20,10 @@ use crate::sandbox::Prepared;
 
 mod reap;
 
-pub use reap::{become_subreaper, kill_loop_processes, loop_marks, reap_leftovers};
+pub(crate) use reap::{become_subreaper, kill_loop_processes, loop_marks, reap_leftovers};
 
 /// How long a group gets between TERM and KILL.
-pub const GRACE: Duration = Duration::from_secs(5);
+pub(crate) const GRACE: Duration = Duration::from_secs(5);
 
 /// How often a running child is looked at (deadline, silence, interrupt, the tick's own
 /// watch). An exit is noticed at once; everything else within this.
@@ -33,7 +33,7 @@ const POLL: Duration = Duration::from_millis(100);
 /// (one in uninterruptible sleep: the tick's end looks again).
 const KILLED_WAIT: Duration = Duration::from_secs(1);
 
-pub struct Spawn<'a> {
+pub(crate) struct Spawn<'a> {
     pub argv: &'a [String],
     pub cwd: &'a Path,
     /// What the child inherits of loopflow's environment: `None`, everything (the
@@ -103,7 +103,7 @@ static SPAWNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(
 
 /// How many processes [`run`] has started (or tried to) in this process: what an agent
 /// can change on disk can only have changed when this did.
-pub fn spawn_count() -> u64 {
+pub(crate) fn spawn_count() -> u64 {
     SPAWNS.load(Ordering::SeqCst)
 }
 
@@ -176,7 +176,7 @@ fn start_error(program: &str, e: &std::io::Error) -> String {
     }
 }
 
-pub fn run(spec: &Spawn<'_>) -> Finished {
+pub(crate) fn run(spec: &Spawn<'_>) -> Finished {
     SPAWNS.fetch_add(1, Ordering::SeqCst);
     let start = Instant::now();
     let failed = |why: String| Finished {
@@ -483,7 +483,7 @@ fn exit_of(status: &std::process::ExitStatus) -> Exit {
 /// close-on-exec (DESIGN §12 "nothing inherited"): a pipe, socket or file its parent
 /// leaked (a scheduler's, a terminal's) reaches none of the processes loopflow starts.
 /// Called first thing in `main`; loopflow's own descriptors are close-on-exec already.
-pub fn seal_inherited_fds() {
+pub(crate) fn seal_inherited_fds() {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: close_range with integer arguments; CLOEXEC closes nothing now.

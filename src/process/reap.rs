@@ -18,7 +18,7 @@ use super::{GRACE, tracked};
 /// agent detached (`setsid`, a double fork) becomes loopflow's child instead of init's
 /// and can be found and stopped. Best effort: elsewhere, escapes are only found by
 /// their environment.
-pub fn become_subreaper() -> bool {
+pub(crate) fn become_subreaper() -> bool {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: a prctl with integer arguments.
@@ -43,8 +43,9 @@ fn environ(pid: i32) -> Vec<Vec<u8>> {
 /// one `waitid` that reaps nothing, against reading `/proc` for every thread.
 #[cfg(target_os = "linux")]
 fn has_children() -> bool {
-    // SAFETY: waitid writes only the siginfo we pass; WNOWAIT leaves every child as it is.
+    // SAFETY: all-zero is a valid siginfo_t.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only the siginfo we pass; WNOWAIT leaves every child as it is.
     let r = unsafe {
         libc::waitid(
             libc::P_ALL,
@@ -184,7 +185,7 @@ pub(super) fn kill_session(sid: u32) {
 
 /// The environment entries every process of one loop's ticks carries (the tick sets
 /// them), by which leftovers of a killed tick are found.
-pub fn loop_marks(loop_name: &str, project: &Path) -> [String; 2] {
+pub(crate) fn loop_marks(loop_name: &str, project: &Path) -> [String; 2] {
     [
         format!("LOOPFLOW_LOOP={loop_name}"),
         format!("LOOPFLOW_PROJECT={}", project.display()),
@@ -200,7 +201,7 @@ pub fn loop_marks(loop_name: &str, project: &Path) -> [String; 2] {
 /// for one node `LOOPFLOW_NODE=…`), so a sibling's processes and loopflow's own `git` are
 /// left alone. Repeats until none is left, within the grace period. Returns how many were
 /// killed.
-pub fn reap_leftovers(marks: &[String]) -> usize {
+pub(crate) fn reap_leftovers(marks: &[String]) -> usize {
     #[cfg(target_os = "linux")]
     {
         let mine = own_session();
@@ -226,7 +227,7 @@ pub fn reap_leftovers(marks: &[String]) -> usize {
 /// process started before its group was recorded is still found. Returns how many were
 /// killed; `seen` holds the pids killed by earlier calls (a process killed a moment ago
 /// may not have exited yet) and gains this call's, so no process is counted twice.
-pub fn kill_loop_processes(
+pub(crate) fn kill_loop_processes(
     loop_name: &str,
     project: &Path,
     only_group: Option<u32>,

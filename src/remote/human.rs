@@ -14,7 +14,7 @@ const ATTEMPTS: usize = 8;
 
 /// Whether a verb may change the record while a tick holds the lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Guard {
+pub(crate) enum Guard {
     /// Refused while a live lease is held (`approve`, `task`, `land`, `discard`): an
     /// agent inside a tick never approves its own loop, and no tick's branch moves under it.
     RefuseLease,
@@ -25,7 +25,7 @@ pub enum Guard {
 /// Fetches the record into the local cache (and, with `sync`, the local branch — and the
 /// worktree, where this clone has one — onto the remote's branch). `Untracked` when the
 /// loop was never started on the remote.
-pub fn refresh(l: &RemoteLoop<'_>, sync: bool) -> Result<Snapshot, RemoteError> {
+pub(crate) fn refresh(l: &RemoteLoop<'_>, sync: bool) -> Result<Snapshot, RemoteError> {
     let snap = l.fetch()?.ok_or_else(|| untracked(l))?;
     l.write_cache(&snap.record)?;
     if sync {
@@ -35,7 +35,7 @@ pub fn refresh(l: &RemoteLoop<'_>, sync: bool) -> Result<Snapshot, RemoteError> 
 }
 
 /// Whether the loop's state of record lives in its repository (`[remote]`).
-pub fn is_remote(paths: &crate::state::LoopPaths) -> bool {
+pub(crate) fn is_remote(paths: &crate::state::LoopPaths) -> bool {
     matches!(RemoteLoop::open(paths), Ok(Some(_)))
 }
 
@@ -43,7 +43,7 @@ pub fn is_remote(paths: &crate::state::LoopPaths) -> bool {
 /// loop at `paths` from its record when it is a remote loop whose tick is not running in
 /// this clone right now. `Ok(false)`: nothing to refresh (a local loop, a running tick,
 /// a loop the remote does not have).
-pub fn refresh_cache(paths: &crate::state::LoopPaths) -> Result<bool, String> {
+pub(crate) fn refresh_cache(paths: &crate::state::LoopPaths) -> Result<bool, String> {
     if paths.tick_seen_running() {
         return Ok(false);
     }
@@ -115,7 +115,7 @@ fn sync_branch(l: &RemoteLoop<'_>, tip: Option<&str>) -> Result<(), RemoteError>
 /// local verb does (state, log lines; with `sync`, the local branch too), and what it
 /// changed is pushed by compare-and-swap — the branch in the same atomic push when `f`
 /// moved it. `Ok(Err(e))`: `f` refused, nothing was pushed.
-pub fn transact<R, E>(
+pub(crate) fn transact<R, E>(
     l: &RemoteLoop<'_>,
     guard: Guard,
     sync: bool,
@@ -180,7 +180,7 @@ fn same(a: &Record, b: &Record) -> bool {
 }
 
 /// What `create --remote` found on the remote.
-pub enum Published {
+pub(crate) enum Published {
     /// The loop's first state (and its branch, where the remote had none) went up.
     Started,
     /// The remote has the loop already: nothing was pushed.
@@ -188,7 +188,7 @@ pub enum Published {
 }
 
 /// Whether the remote already has the loop (`create --remote` refuses before writing).
-pub fn exists(l: &RemoteLoop<'_>) -> Result<Option<u64>, RemoteError> {
+pub(crate) fn exists(l: &RemoteLoop<'_>) -> Result<Option<u64>, RemoteError> {
     let there = l.git().list(&[&l.state_ref()]).map_err(|e| l.err(e))?;
     if there.is_empty() {
         return Ok(None);
@@ -200,7 +200,7 @@ pub fn exists(l: &RemoteLoop<'_>) -> Result<Option<u64>, RemoteError> {
 
 /// Pushes a new loop's first state (the local cache `create` just wrote) to the state
 /// ref, only if the ref does not exist, with the loop's branch where the remote has none.
-pub fn publish(l: &RemoteLoop<'_>) -> Result<Published, RemoteError> {
+pub(crate) fn publish(l: &RemoteLoop<'_>) -> Result<Published, RemoteError> {
     let rec = Record {
         state: l.paths.load()?,
         log: l.paths.log_bytes()?,

@@ -12,10 +12,10 @@ use crate::state::Spent;
 
 /// How long a tick may run when one of its spawning nodes has no timeout: GitHub's job
 /// limit, the longest a hosted runner lives.
-pub const UNBOUNDED_TICK: Duration = Duration::from_secs(6 * 3600);
+pub(super) const UNBOUNDED_TICK: Duration = Duration::from_secs(6 * 3600);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Lease {
+pub(crate) struct Lease {
     /// The machine (host name).
     pub holder: String,
     /// This run of `loopflow run`: unique, so its orphans ref is its own.
@@ -31,14 +31,19 @@ pub struct Lease {
 impl Lease {
     /// Whether the lease is over at `now` (an unreadable expiry counts as over: a lease
     /// nobody can read must not hold a loop forever).
-    pub fn expired(&self, now: jiff::Timestamp) -> bool {
+    pub(crate) fn expired(&self, now: jiff::Timestamp) -> bool {
         match self.expires_at.parse::<jiff::Timestamp>() {
             Ok(until) => now >= until,
             Err(_) => true,
         }
     }
 
-    pub fn new(run: &str, slot: Option<&str>, now: jiff::Timestamp, lasts: Duration) -> Lease {
+    pub(crate) fn new(
+        run: &str,
+        slot: Option<&str>,
+        now: jiff::Timestamp,
+        lasts: Duration,
+    ) -> Lease {
         let until = jiff::SignedDuration::try_from(lasts)
             .ok()
             .and_then(|d| now.checked_add(d).ok())
@@ -55,13 +60,13 @@ impl Lease {
 }
 
 /// RFC 3339 UTC, seconds.
-pub fn stamp(t: jiff::Timestamp) -> String {
+pub(super) fn stamp(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// The longest one tick of `loaded` can take: every spawning node's timeout times its
 /// tries, added up; `None` when such a node has no timeout.
-pub fn tick_limit(loaded: &Loaded) -> Option<Duration> {
+pub(crate) fn tick_limit(loaded: &Loaded) -> Option<Duration> {
     let cfg = &loaded.config;
     let mut limit = Some(Duration::ZERO);
     for node in &loaded.pipeline.nodes {
@@ -84,14 +89,14 @@ pub fn tick_limit(loaded: &Loaded) -> Option<Duration> {
 
 /// How long a lease taken now lasts: the tick's limit (or [`UNBOUNDED_TICK`]) plus the
 /// margin.
-pub fn duration(loaded: &Loaded, margin: Duration) -> Duration {
+pub(crate) fn duration(loaded: &Loaded, margin: Duration) -> Duration {
     tick_limit(loaded)
         .unwrap_or(UNBOUNDED_TICK)
         .saturating_add(margin)
 }
 
 /// This machine's name, as a lease names its holder (plain characters only).
-pub fn holder() -> String {
+pub(super) fn holder() -> String {
     let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -114,7 +119,7 @@ fn plain(s: &str) -> String {
 /// An id for this run, unique across runners: `LOOPFLOW_RUN_ID` when set, else GitHub's
 /// run id and attempt (a re-run is a new attempt), else the host; then this process and
 /// the time, so two runs never share one (or one orphans ref).
-pub fn run_id() -> String {
+pub(super) fn run_id() -> String {
     let prefix = std::env::var("LOOPFLOW_RUN_ID")
         .ok()
         .map(|r| plain(&r))
@@ -135,7 +140,12 @@ pub fn run_id() -> String {
 /// schedule nearest to now (`interval_seconds` from `offset`, as the generated
 /// schedulers fire it), so every runner a scheduler starts for one firing names the same
 /// slot even when it starts late or its clock is off by less than half an interval.
-pub fn resolve_slot(given: &str, interval: u64, offset: u64, now: jiff::Timestamp) -> String {
+pub(super) fn resolve_slot(
+    given: &str,
+    interval: u64,
+    offset: u64,
+    now: jiff::Timestamp,
+) -> String {
     if given != "auto" {
         return plain_slot(given);
     }

@@ -10,11 +10,11 @@ use crate::git::GitError;
 use crate::git::remote::{Auth, Expect, FetchError, Pushed, Update};
 use crate::state::{LoopPaths, State, StateError};
 
-pub mod human;
+pub(crate) mod human;
 mod lease;
-pub mod tick;
+pub(crate) mod tick;
 
-pub use lease::{Lease, duration as lease_duration, tick_limit};
+pub(crate) use lease::{Lease, duration as lease_duration, tick_limit};
 
 /// How many slots the record remembers (a slot older than all of them is not recognised).
 const SLOTS_KEPT: usize = 256;
@@ -61,7 +61,7 @@ pub enum RemoteError {
 
 /// The record the state ref's commit holds.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Record {
+pub(crate) struct Record {
     pub state: State,
     /// The event log (DESIGN §8), whole.
     pub log: Vec<u8>,
@@ -88,7 +88,7 @@ impl Record {
     }
 
     /// Appends one event line (DESIGN §8's format) to the record's log.
-    pub fn log(&mut self, event: crate::state::Event, args: &[crate::state::LogArg<'_>]) {
+    pub(crate) fn log(&mut self, event: crate::state::Event, args: &[crate::state::LogArg<'_>]) {
         self.log
             .extend_from_slice(crate::state::log::line(event, args).as_bytes());
     }
@@ -124,7 +124,7 @@ fn portable(s: &State) -> State {
 
 /// The state ref's commit and what it holds, and where the loop's branch is, as fetched.
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub commit: String,
     pub record: Record,
     /// The tip of `loopflow/<loop>` on the remote (`None`: no such branch).
@@ -132,7 +132,7 @@ pub struct Snapshot {
 }
 
 /// One loop whose `loop.toml` has `[remote]`, with what its git needs to reach it.
-pub struct RemoteLoop<'a> {
+pub(crate) struct RemoteLoop<'a> {
     pub paths: &'a LoopPaths,
     pub cfg: RemoteConfig,
     pub auth: Auth,
@@ -140,7 +140,9 @@ pub struct RemoteLoop<'a> {
 
 /// The loop's `[remote]`, when its `loop.toml` has one. Only a file that mentions
 /// `remote` at all is parsed for it: a local loop's tick pays one small read.
-pub fn configured(paths: &LoopPaths) -> Result<Option<RemoteConfig>, crate::load::LoadError> {
+pub(crate) fn configured(
+    paths: &LoopPaths,
+) -> Result<Option<RemoteConfig>, crate::load::LoadError> {
     let Ok((_, text)) = paths.read_config() else {
         return Ok(None);
     };
@@ -153,7 +155,7 @@ pub fn configured(paths: &LoopPaths) -> Result<Option<RemoteConfig>, crate::load
 
 impl<'a> RemoteLoop<'a> {
     /// The loop at `paths` when it is a remote one; the credential from the environment.
-    pub fn open(paths: &'a LoopPaths) -> Result<Option<RemoteLoop<'a>>, OpenError> {
+    pub(crate) fn open(paths: &'a LoopPaths) -> Result<Option<RemoteLoop<'a>>, OpenError> {
         let Some(cfg) = configured(paths).map_err(OpenError::Config)? else {
             return Ok(None);
         };
@@ -162,18 +164,18 @@ impl<'a> RemoteLoop<'a> {
     }
 
     /// `refs/loopflow/<loop>/state` on the remote.
-    pub fn state_ref(&self) -> String {
+    pub(crate) fn state_ref(&self) -> String {
         format!("refs/loopflow/{}/state", self.paths.name)
     }
 
     /// `refs/heads/loopflow/<loop>` on the remote (and, as a local branch, where ticks
     /// commit).
-    pub fn branch_ref(&self) -> String {
+    pub(crate) fn branch_ref(&self) -> String {
         format!("refs/heads/loopflow/{}", self.paths.name)
     }
 
     /// `refs/loopflow/<loop>/orphans/<run>`: a fenced runner's commits, for `review`.
-    pub fn orphans_ref(&self, run: &str) -> String {
+    pub(crate) fn orphans_ref(&self, run: &str) -> String {
         format!("refs/loopflow/{}/orphans/{run}", self.paths.name)
     }
 
@@ -199,7 +201,7 @@ impl<'a> RemoteLoop<'a> {
 
     /// Fetches the state ref and the branch (one round trip when both exist) and reads
     /// the record. `None`: the loop has no state ref there (never started).
-    pub fn fetch(&self) -> Result<Option<Snapshot>, RemoteError> {
+    pub(crate) fn fetch(&self) -> Result<Option<Snapshot>, RemoteError> {
         let (state_ref, branch_ref) = (self.state_ref(), self.branch_ref());
         let (state_copy, branch_copy) = (self.copy("state"), self.copy("branch"));
         let repo = &self.paths.project;
@@ -303,7 +305,7 @@ impl<'a> RemoteLoop<'a> {
     }
 
     /// Replaces the local cache (`.state.loop`, `.state.log`) with the record's.
-    pub fn write_cache(&self, rec: &Record) -> Result<(), RemoteError> {
+    pub(crate) fn write_cache(&self, rec: &Record) -> Result<(), RemoteError> {
         let mut state = portable(&rec.state);
         // Locally the worktree is wherever this clone keeps it.
         state.worktree_path = None;
@@ -314,7 +316,7 @@ impl<'a> RemoteLoop<'a> {
     /// Writes `rec` as a commit on `parent` and pushes it to the state ref, expecting the
     /// ref at `parent` — with `branch` in the same atomic push when given. Returns how it
     /// went and the commit pushed.
-    pub fn push(
+    pub(crate) fn push(
         &self,
         parent: Option<&str>,
         rec: &Record,
@@ -344,7 +346,7 @@ impl<'a> RemoteLoop<'a> {
     }
 
     /// The local branch `loopflow/<loop>`'s tip (`None`: none).
-    pub fn local_branch(&self) -> Option<String> {
+    pub(crate) fn local_branch(&self) -> Option<String> {
         crate::git::rev(&self.paths.project, &self.branch_ref())
             .ok()
             .flatten()
@@ -352,7 +354,7 @@ impl<'a> RemoteLoop<'a> {
 
     /// An update of the remote branch to the local branch's tip, when it moved from
     /// `fetched` (the remote tip the work started from).
-    pub fn branch_update(&self, fetched: Option<&str>) -> Option<Update> {
+    pub(crate) fn branch_update(&self, fetched: Option<&str>) -> Option<Update> {
         let tip = self.local_branch()?;
         if Some(tip.as_str()) == fetched {
             return None;
@@ -367,7 +369,7 @@ impl<'a> RemoteLoop<'a> {
 
 /// Why a loop's remote could not be opened.
 #[derive(Debug, thiserror::Error)]
-pub enum OpenError {
+pub(crate) enum OpenError {
     #[error("invalid configuration")]
     Config(crate::load::LoadError),
     #[error(transparent)]

@@ -18,7 +18,7 @@ use crate::state::{Event, LogArg, Spent, State, TickLock};
 const ATTEMPTS: usize = 8;
 
 /// What the record alone decides before a runner takes the loop.
-pub enum Begun<'a> {
+pub(crate) enum Begun<'a> {
     /// The tick ends here; nothing of it reaches the record.
     Skip { reason: SkipReason, iteration: u64 },
     /// A dry run: the cache holds the record as fetched; nothing is leased.
@@ -29,7 +29,7 @@ pub enum Begun<'a> {
 
 /// Why a remote tick could not begin.
 #[derive(Debug, thiserror::Error)]
-pub enum BeginError {
+pub(crate) enum BeginError {
     #[error("invalid configuration")]
     Load(crate::load::LoadError),
     #[error(transparent)]
@@ -38,7 +38,7 @@ pub enum BeginError {
 
 /// What `run` says about the tick beyond the loop: its slot, whether it is a dry run, the
 /// pipeline it runs.
-pub struct Options<'a> {
+pub(crate) struct Options<'a> {
     pub slot: Option<&'a str>,
     pub dry_run: bool,
     pub pipeline: Option<&'a std::path::Path>,
@@ -48,7 +48,7 @@ pub struct Options<'a> {
 /// task), or take the lease. An expired lease is a dead tick: it is recorded (`ABORT
 /// reason=lease_expired`, its checkpointed spend counted, the abort counted) in the same
 /// push that takes the lease.
-pub fn begin<'a>(
+pub(crate) fn begin<'a>(
     l: RemoteLoop<'a>,
     lock: Option<&TickLock>,
     o: &Options<'_>,
@@ -261,7 +261,7 @@ struct Held {
 }
 
 /// A runner's hold on a remote loop, from its lease to its settle.
-pub struct Session<'a> {
+pub(crate) struct Session<'a> {
     l: RemoteLoop<'a>,
     run: String,
     held: Mutex<Held>,
@@ -277,7 +277,7 @@ pub struct Session<'a> {
 }
 
 /// How a remote tick ended at its settle, beyond what the local tick said.
-pub enum Settled {
+pub(crate) enum Settled {
     /// The state, its log and the branch are the record now.
     Recorded,
     /// The lease was taken over: the tick's commits went to this orphans ref (if any).
@@ -286,7 +286,7 @@ pub enum Settled {
 
 impl Session<'_> {
     /// Whether the lease was taken over (the tick should stop: nothing of it counts).
-    pub fn fenced(&self) -> bool {
+    pub(crate) fn fenced(&self) -> bool {
         self.fenced.load(Ordering::SeqCst)
     }
 
@@ -294,7 +294,7 @@ impl Session<'_> {
     /// lease, so a runner killed mid-tick loses at most one node's spend (and the seconds
     /// of nodes that reported nothing else and ran under a second each). Best effort: a
     /// failed push only means the next checkpoint (or the settle) carries it.
-    pub fn checkpoint(&self, spent: &Spent) {
+    pub(crate) fn checkpoint(&self, spent: &Spent) {
         let spawns = crate::process::spawn_count();
         if self.spawns.swap(spawns, Ordering::SeqCst) == spawns || self.fenced() {
             return;
@@ -368,7 +368,7 @@ impl Session<'_> {
     /// the branch, in one atomic compare-and-swap — and lets the lease go. A human's
     /// halt (or phase, or task) written during the lease is kept. A runner that lost its
     /// lease pushes nothing of it: its commits go to `refs/loopflow/<loop>/orphans/<run>`.
-    pub fn settle(self) -> Result<Settled, RemoteError> {
+    pub(crate) fn settle(self) -> Result<Settled, RemoteError> {
         let paths = self.l.paths;
         let (mut commit, mut at) = {
             let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
@@ -441,7 +441,7 @@ impl Session<'_> {
     }
 
     /// The run id this session leased under.
-    pub fn run(&self) -> &str {
+    pub(crate) fn run(&self) -> &str {
         &self.run
     }
 }

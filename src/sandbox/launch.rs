@@ -253,7 +253,7 @@ thread_local! {
 /// Starts `p` with `stdio` as its fds 0, 1 and 2 (each at least 3, close-on-exec: they
 /// are duplicated), confined by `confine` when given. Returns the child and, when the
 /// filter has a listener, the listener.
-pub fn launch(
+pub(crate) fn launch(
     p: &Program,
     stdio: [RawFd; 3],
     confine: Option<&Confiner>,
@@ -449,8 +449,8 @@ fn receive_fd(rx: &OwnedFd) -> io::Result<OwnedFd> {
     }
     // SAFETY: the kernel filled `msg`; CMSG_FIRSTHDR reads its control fields.
     let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-    // SAFETY: a non-null header lies within `ctl`.
     if cmsg.is_null()
+        // SAFETY: a non-null header lies within `ctl`.
         || unsafe {
             (*cmsg).cmsg_level != libc::SOL_SOCKET || (*cmsg).cmsg_type != libc::SCM_RIGHTS
         }
@@ -481,7 +481,7 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
 /// # Safety
 /// Called only in the cloned child, with `a` pointing at live data of the parent's.
 unsafe fn start(a: &Args) -> Stage {
-    // SAFETY (whole body): syscalls with arguments the parent prepared; no allocation.
+    // SAFETY: (the whole block) syscalls with arguments the parent prepared; no allocation.
     unsafe {
         default_signals();
         // Confined: a session of its own, without a controlling terminal. Unconfined
@@ -601,7 +601,7 @@ unsafe fn send_fd(sock: c_int, fd: c_int) -> bool {
         iov_len: 1,
     };
     let mut ctl = FdMsg([0; 32]);
-    // SAFETY (whole body): all-zero is a valid msghdr; every pointer is to this frame.
+    // SAFETY: (the whole block) all-zero is a valid msghdr; every pointer is to this frame.
     unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = &mut iov;

@@ -136,7 +136,7 @@ impl Confiner {
     /// emptied, the ambient set cleared, and the effective, permitted and inheritable
     /// sets emptied. Syscalls only.
     pub(super) fn drop_privileges(&self) -> bool {
-        // SAFETY (whole body): prctl and capset with integer arguments or our own structs.
+        // SAFETY: (the whole block) prctl and capset with integer arguments or our own structs.
         unsafe {
             if self.bounding {
                 if libc::prctl(libc::PR_SET_SECUREBITS, self.securebits, 0, 0, 0) != 0 {
@@ -204,15 +204,15 @@ const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
 /// Linux Landlock backend. Stateless: the kernel is probed on every
 /// `prepare` (one cheap syscall), so it is always accurate.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct LandlockSandbox;
+pub(crate) struct LandlockSandbox;
 
 impl LandlockSandbox {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         LandlockSandbox
     }
 
     /// Landlock ABI version of the running kernel, 0 if unsupported/disabled.
-    pub fn kernel_abi() -> u32 {
+    pub(crate) fn kernel_abi() -> u32 {
         // SAFETY: documented probe form of the syscall: NULL attr, size 0.
         let v = unsafe {
             libc::syscall(

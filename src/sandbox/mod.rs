@@ -23,19 +23,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 #[cfg(target_os = "linux")]
-pub mod launch;
+pub(crate) mod launch;
 #[cfg(target_os = "linux")]
 mod linux;
 #[cfg(target_os = "linux")]
-pub use linux::LandlockSandbox;
-pub mod net;
-pub mod proxy;
+pub(crate) use linux::LandlockSandbox;
+pub(crate) mod net;
+pub(crate) mod proxy;
 #[cfg(target_os = "linux")]
-pub mod seccomp;
+pub(crate) mod seccomp;
 
 /// What a confined process may do with the network.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Net {
+pub(crate) enum Net {
     /// Unconfined.
     #[default]
     Open,
@@ -50,7 +50,7 @@ pub enum Net {
 /// `/dev/shm` or `/dev/mqueue` (what other processes share). `/dev/tty` answers `ENXIO`
 /// (no controlling terminal); `/dev/ptmx` makes a new pty nobody else reads.
 /// Paths that do not exist on the host are skipped like any other path.
-pub const DEFAULT_DEVICES: &[&str] = &[
+pub(crate) const DEFAULT_DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
@@ -64,7 +64,7 @@ pub const DEFAULT_DEVICES: &[&str] = &[
 /// programs, libraries and configuration; `/run/systemd/resolve` because
 /// `/etc/resolv.conf` links there. Plus the non-process entries of `/proc` (Linux) but the
 /// user's keys, and [`DEFAULT_DEVICES`] of `/dev`.
-pub const SYSTEM_READS: &[&str] = &[
+pub(crate) const SYSTEM_READS: &[&str] = &[
     "/usr",
     "/lib",
     "/lib32",
@@ -82,7 +82,7 @@ pub const SYSTEM_READS: &[&str] = &[
 
 /// What to do when the kernel cannot enforce part of the policy.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Enforce what the kernel supports, report the rest ([`Prepared::shortfalls`]).
     #[default]
     BestEffort,
@@ -100,7 +100,7 @@ pub enum Mode {
 /// that time is *skipped* (never created) and reported in
 /// [`Enforced::skipped`]: create the directories you own before preparing.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Directory trees where everything is allowed (create, remove, write,
     /// truncate, rename, mkdir, symlink, mkfifo, mknod, ...).
     pub write_dirs: Vec<PathBuf>,
@@ -139,34 +139,34 @@ impl Default for Policy {
 }
 
 impl Policy {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
-    pub fn write_dir(mut self, p: impl Into<PathBuf>) -> Self {
+    pub(crate) fn write_dir(mut self, p: impl Into<PathBuf>) -> Self {
         self.write_dirs.push(p.into());
         self
     }
-    pub fn write_file(mut self, p: impl Into<PathBuf>) -> Self {
+    pub(crate) fn write_file(mut self, p: impl Into<PathBuf>) -> Self {
         self.write_files.push(p.into());
         self
     }
-    pub fn read_dir(mut self, p: impl Into<PathBuf>) -> Self {
+    pub(crate) fn read_dir(mut self, p: impl Into<PathBuf>) -> Self {
         self.read_dirs.push(p.into());
         self
     }
-    pub fn net(mut self, net: Net) -> Self {
+    pub(crate) fn net(mut self, net: Net) -> Self {
         self.net = net;
         self
     }
     /// `net(Net::Deny)` when `deny`, else open.
     #[cfg(test)]
-    pub fn network_deny(self, deny: bool) -> Self {
+    pub(crate) fn network_deny(self, deny: bool) -> Self {
         self.net(if deny { Net::Deny } else { Net::Open })
     }
     fn network_limited(&self) -> bool {
         self.net != Net::Open
     }
-    pub fn mode(mut self, mode: Mode) -> Self {
+    pub(crate) fn mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
     }
@@ -339,7 +339,7 @@ fn shortfall_list(v: &[Shortfall]) -> String {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SandboxError {
+pub(crate) enum SandboxError {
     #[cfg(target_os = "linux")]
     #[error("landlock: {0}")]
     Landlock(#[from] landlock::RulesetError),
@@ -353,7 +353,7 @@ pub enum SandboxError {
 
 /// A sandbox backend. Object safe, so loopflow can hold a `Box<dyn Sandbox>`
 /// chosen at startup ([`platform_default`]).
-pub trait Sandbox: Send + Sync {
+pub(crate) trait Sandbox: Send + Sync {
     /// Build everything needed to sandbox processes under `policy`. Fails in
     /// [`Mode::Enforce`] if a required guarantee is missing.
     fn prepare(&self, policy: &Policy) -> Result<Prepared, SandboxError>;
@@ -367,7 +367,7 @@ pub trait Sandbox: Send + Sync {
 }
 
 /// What this machine's kernel can confine, in one line for `status` and `check --explain`.
-pub fn kernel_summary() -> String {
+pub(crate) fn kernel_summary() -> String {
     #[cfg(target_os = "linux")]
     {
         let filter = match seccomp::available(false) {
@@ -397,7 +397,7 @@ pub fn kernel_summary() -> String {
 }
 
 /// The best backend for this OS.
-pub fn platform_default() -> Box<dyn Sandbox> {
+pub(crate) fn platform_default() -> Box<dyn Sandbox> {
     #[cfg(target_os = "linux")]
     {
         Box::new(LandlockSandbox::new())
@@ -412,7 +412,7 @@ pub fn platform_default() -> Box<dyn Sandbox> {
 /// guarantee shows up as a [`Shortfall`].
 #[cfg(any(not(target_os = "linux"), test))]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct NoSandbox;
+pub(crate) struct NoSandbox;
 
 #[cfg(any(not(target_os = "linux"), test))]
 impl Sandbox for NoSandbox {

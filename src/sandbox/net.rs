@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::proxy::{Allow, Proxy, Tag};
 
 /// A tick's proxy and supervisor.
-pub struct TickNet {
+pub(crate) struct TickNet {
     proxy: Arc<Proxy>,
     #[cfg(target_os = "linux")]
     supervisor: Option<super::seccomp::Supervisor>,
@@ -20,7 +20,7 @@ pub struct TickNet {
 impl TickNet {
     /// Starts the proxy on 127.0.0.1 and, where the kernel notifies connects (`supervised`),
     /// the supervisor that makes them.
-    pub fn start(supervised: bool) -> io::Result<Arc<TickNet>> {
+    pub(crate) fn start(supervised: bool) -> io::Result<Arc<TickNet>> {
         let proxy = Arc::new(Proxy::start()?);
         #[cfg(target_os = "linux")]
         let supervisor = if supervised {
@@ -43,12 +43,12 @@ impl TickNet {
     }
 
     /// The proxy's address (what `HTTPS_PROXY` and the rest name).
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.proxy.addr()
     }
 
     /// A new client that may reach what `allow` permits.
-    pub fn client(self: &Arc<Self>, allow: Allow) -> Client {
+    pub(crate) fn client(self: &Arc<Self>, allow: Allow) -> Client {
         let tag = self.next.fetch_add(1, Ordering::Relaxed);
         self.proxy.client(tag, allow);
         Client {

@@ -61,14 +61,14 @@ struct Rule {
 /// Matching is on the name the client asks for, never on what it resolves to: an IP entry
 /// permits only requests that name that literal address.
 #[derive(Debug, Clone, Default)]
-pub struct Allow {
+pub(crate) struct Allow {
     rules: Vec<Rule>,
 }
 
 impl Allow {
     /// Parses entries; Err(message naming the bad entry and why) for an empty entry, a bad
     /// port, a bare `*`, `*.` alone, whitespace, a scheme (`https://x`) or a path.
-    pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<Allow, String> {
+    pub(crate) fn parse<S: AsRef<str>>(entries: &[S]) -> Result<Allow, String> {
         let rule = |e: &str| parse_rule(e).map_err(|why| format!("bad host entry {e:?}: {why}"));
         let rules = entries
             .iter()
@@ -78,7 +78,7 @@ impl Allow {
     }
 
     /// Whether a client may reach `host` (a name or IP literal, brackets optional) on `port`.
-    pub fn permits(&self, host: &str, port: u16) -> bool {
+    pub(crate) fn permits(&self, host: &str, port: u16) -> bool {
         let bracketed = host.starts_with('[') && host.ends_with(']');
         let inner = host.get(usize::from(bracketed)..host.len() - usize::from(bracketed));
         let Some(host) = inner.and_then(|h| clean_host(h, bracketed || h.contains(':'))) else {
@@ -183,10 +183,10 @@ fn parse_target(s: &str, default_port: Option<u16>) -> Option<Target> {
 }
 
 /// Which client a connection is: a spawn's tag, or [`UNATTRIBUTED`].
-pub type Tag = u64;
+pub(crate) type Tag = u64;
 
 /// The tag of a connection no supervisor told the proxy about.
-pub const UNATTRIBUTED: Tag = 0;
+pub(crate) const UNATTRIBUTED: Tag = 0;
 
 /// (every target ever refused, those not yet taken): each is reported once.
 type Refused = (HashSet<Target>, Vec<Target>);
@@ -216,7 +216,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A running proxy. Dropping it stops accepting, and shuts down every open tunnel/connection
 /// promptly (within ~100 ms): processes left behind must lose the network.
-pub struct Proxy {
+pub(crate) struct Proxy {
     addr: SocketAddr,
     shared: Arc<Shared>,
     acceptor: Option<JoinHandle<()>>,
@@ -224,7 +224,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// Binds 127.0.0.1:0 and serves on background threads; no client yet.
-    pub fn start() -> io::Result<Proxy> {
+    pub(crate) fn start() -> io::Result<Proxy> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         // Nonblocking so the accept thread can notice `stop`; a blocking accept could only be
         // woken by connecting to ourselves, which can fail and would leave the port open.
@@ -243,28 +243,28 @@ impl Proxy {
         })
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Whether every confined connection is attributed by a supervisor (see [`Shared`]).
-    pub fn set_attributed(&self, yes: bool) {
+    pub(crate) fn set_attributed(&self, yes: bool) {
         self.shared.attributed.store(yes, Ordering::SeqCst);
     }
 
     /// Client `tag` may reach what `allow` permits, from now on.
-    pub fn client(&self, tag: Tag, allow: Allow) {
+    pub(crate) fn client(&self, tag: Tag, allow: Allow) {
         lock(&self.shared.clients).insert(tag, Arc::new(allow));
     }
 
     /// The connection from local port `port` is client `tag`'s.
-    pub fn attribute(&self, port: u16, tag: Tag) {
+    pub(crate) fn attribute(&self, port: u16, tag: Tag) {
         lock(&self.shared.peers).insert(port, tag);
     }
 
     /// Client `tag` ended: its open connections are cut, and a connection attributed to it
     /// later (a process it left behind) reaches nothing.
-    pub fn forget(&self, tag: Tag) {
+    pub(crate) fn forget(&self, tag: Tag) {
         lock(&self.shared.clients).remove(&tag);
         lock(&self.shared.refused).remove(&tag);
         lock(&self.shared.peers).retain(|_, t| *t != tag);
@@ -277,7 +277,7 @@ impl Proxy {
 
     /// Refused (host, port) pairs of client `tag` so far, each once, in order of first
     /// refusal; drains them. A target already reported is not reported again.
-    pub fn take_refused(&self, tag: Tag) -> Vec<(String, u16)> {
+    pub(crate) fn take_refused(&self, tag: Tag) -> Vec<(String, u16)> {
         lock(&self.shared.refused)
             .get_mut(&tag)
             .map(|r| std::mem::take(&mut r.1))

@@ -4,7 +4,7 @@
 
 /// How an agent CLI is installed on a fresh runner.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Install {
+pub(crate) enum Install {
     /// `npm install -g <package@version>`.
     Npm(String),
     /// `pipx install <package==version>`.
@@ -15,7 +15,7 @@ pub enum Install {
 
 /// An agent loopflow has a preset for.
 #[derive(Debug)]
-pub struct Known {
+pub(crate) struct Known {
     pub preset: &'static str,
     /// The program its preset runs.
     pub program: String,
@@ -29,7 +29,7 @@ pub struct Known {
 /// Every preset, as a runner installs it: read from the presets' own `install` and
 /// `secrets` keys (one source, pinned to the versions CI runs against the fake model
 /// server), once.
-pub fn known() -> &'static [Known] {
+pub(super) fn known() -> &'static [Known] {
     use crate::preset::Registry;
     static KNOWN: std::sync::OnceLock<Vec<Known>> = std::sync::OnceLock::new();
     KNOWN.get_or_init(|| {
@@ -58,7 +58,7 @@ pub fn known() -> &'static [Known] {
 
 /// An agent a loop's roles run, as the runner sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentUse {
+pub(crate) enum AgentUse {
     /// A known agent (by its preset, or a command running its program).
     Known(&'static str),
     /// A program given by path: in the repository (relative) or on this machine
@@ -70,7 +70,7 @@ pub enum AgentUse {
 
 impl AgentUse {
     /// Classifies what a role runs: its preset, else the first element of its command.
-    pub fn of(preset: Option<&str>, program: &str) -> AgentUse {
+    pub(crate) fn of(preset: Option<&str>, program: &str) -> AgentUse {
         if let Some(k) = preset.and_then(|p| known().iter().find(|k| k.preset == p)) {
             return AgentUse::Known(k.preset);
         }
@@ -83,7 +83,7 @@ impl AgentUse {
         }
     }
 
-    pub fn known(&self) -> Option<&'static Known> {
+    pub(crate) fn known(&self) -> Option<&'static Known> {
         match self {
             AgentUse::Known(p) => known().iter().find(|k| k.preset == *p),
             _ => None,
@@ -92,7 +92,7 @@ impl AgentUse {
 }
 
 /// The API-key variables the agents read, plus `extra`, sorted, each once.
-pub fn secrets(agents: &[AgentUse], extra: &[String]) -> Vec<String> {
+pub(super) fn secrets(agents: &[AgentUse], extra: &[String]) -> Vec<String> {
     let mut out: Vec<String> = agents
         .iter()
         .filter_map(AgentUse::known)

@@ -5,7 +5,7 @@
 use super::{File, ScheduleError, Target, tool_input, which};
 
 /// A cron expression for an interval: the nearest one cron can express.
-pub struct CronSchedule {
+pub(crate) struct CronSchedule {
     pub expr: String,
     /// How often it really fires, in seconds and in words ("every 5 min").
     pub every_secs: u64,
@@ -15,12 +15,12 @@ pub struct CronSchedule {
 }
 
 /// The 5-field cron expression nearest to `secs`, and a note when it is not exact.
-pub fn cron_expr(secs: u64) -> (String, Option<String>) {
+pub(super) fn cron_expr(secs: u64) -> (String, Option<String>) {
     let c = cron_schedule(secs);
     (c.expr, c.note)
 }
 
-pub fn cron_schedule(secs: u64) -> CronSchedule {
+pub(super) fn cron_schedule(secs: u64) -> CronSchedule {
     let mins = secs.div_ceil(60).max(1);
     let exact = secs.is_multiple_of(60) && secs >= 60;
     let made = |expr: String, every_secs: u64, every: String, note: Option<String>| CronSchedule {
@@ -68,7 +68,7 @@ pub fn cron_schedule(secs: u64) -> CronSchedule {
 /// hash of `key` (the loop's name): never `0 *`, which GitHub delays and drops under
 /// load, and not every loop at once. Also the firing's offset into each period, in
 /// seconds, which `run --slot auto` uses to name the slot a firing is for.
-pub fn scattered(secs: u64, key: &str) -> (CronSchedule, u64) {
+pub(crate) fn scattered(secs: u64, key: &str) -> (CronSchedule, u64) {
     let mut c = cron_schedule(secs);
     let h = super::fnv32(std::path::Path::new(key)) as u64;
     let step = c.every_secs / 60;
@@ -101,7 +101,7 @@ pub(super) fn sh_quote(a: &str) -> String {
 
 /// The crontab line: cron's `/bin/sh` runs `flock -n LOCK <exe> run …`; a tick still
 /// running makes the next one exit at once instead of piling up.
-pub fn cron_line(t: &Target) -> String {
+pub(super) fn cron_line(t: &Target) -> String {
     let (expr, _) = cron_expr(t.interval);
     let lock = t.loop_dir.join(".schedule.lock");
     let argv: Vec<String> = t.argv().iter().map(|a| sh_quote(a)).collect();
@@ -122,7 +122,7 @@ pub fn cron_line(t: &Target) -> String {
     }
 }
 
-pub fn cron(t: &Target) -> File {
+pub(super) fn cron(t: &Target) -> File {
     let (_, note) = cron_expr(t.interval);
     let mut text = format!(
         "# loopflow: loop {} in {} every {} s\n",

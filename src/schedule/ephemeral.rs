@@ -48,7 +48,7 @@ fn about(t: &Target, r: &Record, platform: &str) -> String {
 /// credentials, the token only in loopflow's own steps, runs queued (never replaced), a
 /// human's inputs applied first, the gate checked before the agent is installed (a halted
 /// loop's run costs seconds), and the cron minute scattered by the loop's name.
-pub fn github_actions(t: &Target) -> File {
+pub(super) fn github_actions(t: &Target) -> File {
     let r = record(t);
     let n = &t.loop_name;
     let (c, _) = super::cron::scattered(t.interval.max(300), n);
@@ -188,7 +188,7 @@ const TOKEN_DIR: &str = "/var/run/loopflow/git";
 /// A Kubernetes CronJob for a remote loop: each run clones the repository into an
 /// `emptyDir` (no volume is the state of record), loopflow reads the credential from a
 /// Secret file only it reads, and the pod has no service-account token.
-pub fn kubernetes(t: &Target) -> File {
+pub(super) fn kubernetes(t: &Target) -> File {
     let r = record(t);
     let name = k8s_name(&t.loop_name);
     let (c, _) = super::cron::scattered(t.interval, &t.loop_name);

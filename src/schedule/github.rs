@@ -227,7 +227,7 @@ pub(super) fn repo_prefix(project: &std::path::Path) -> (String, Option<String>)
 
 /// A GitHub Actions workflow. The runner is fresh every time, so the loop's state (which
 /// is git-ignored) travels in the Actions cache and the loop's branch is pushed back.
-pub fn github_actions(t: &Target) -> File {
+pub(super) fn github_actions(t: &Target) -> File {
     let c = cron_schedule(t.interval.max(300));
     let n = &t.loop_name;
     // The project may be a subdirectory of the repository (a monorepo): paths in the
@@ -379,7 +379,7 @@ jobs:
 
 /// Where GitHub reads workflows for `project`: `.github/workflows` at the top of its
 /// repository (a project in a subdirectory included), or in the project outside one.
-pub fn workflows_dir(project: &std::path::Path) -> std::path::PathBuf {
+pub(super) fn workflows_dir(project: &std::path::Path) -> std::path::PathBuf {
     crate::git::toplevel(project)
         .unwrap_or_else(|| project.to_path_buf())
         .join(".github")

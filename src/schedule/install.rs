@@ -16,7 +16,7 @@ use crate::state::{Event, LogArg, LoopPaths};
 
 /// What `install` left on this machine, kept in the loop dir (git-ignored).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     pub platform: Platform,
     pub label: String,
     /// Files written (absolute paths).
@@ -31,11 +31,11 @@ pub struct Record {
     pub activated: bool,
 }
 
-pub fn record_path(paths: &LoopPaths) -> PathBuf {
+pub(super) fn record_path(paths: &LoopPaths) -> PathBuf {
     paths.dir.join(".schedule.json")
 }
 
-pub fn read_record(paths: &LoopPaths) -> Option<Record> {
+pub(crate) fn read_record(paths: &LoopPaths) -> Option<Record> {
     let text = std::fs::read_to_string(record_path(paths)).ok()?;
     serde_json::from_str(&text).ok()
 }
@@ -79,7 +79,7 @@ pub(super) fn home() -> Result<PathBuf, ScheduleError> {
 }
 
 /// `$XDG_CONFIG_HOME/systemd/user` (default `~/.config/systemd/user`).
-pub fn systemd_dir() -> Result<PathBuf, ScheduleError> {
+pub(super) fn systemd_dir() -> Result<PathBuf, ScheduleError> {
     let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
         Some(x) => PathBuf::from(x),
         None => home()?.join(".config"),
@@ -120,7 +120,7 @@ pub(super) fn not_native(p: Platform) -> String {
 
 /// Installs the schedule (idempotent: installing again replaces the same files/block).
 /// Returns the record and human lines saying what was done.
-pub fn install(
+pub(crate) fn install(
     p: Platform,
     t: &Target,
     paths: &LoopPaths,
@@ -281,7 +281,7 @@ pub(super) fn uid() -> u32 {
 }
 
 /// Removes what `install` did; fine to run when nothing is installed.
-pub fn uninstall(paths: &LoopPaths) -> Result<Vec<String>, ScheduleError> {
+pub(crate) fn uninstall(paths: &LoopPaths) -> Result<Vec<String>, ScheduleError> {
     let Some(r) = read_record(paths) else {
         return Ok(vec![format!(
             "no schedule installed for loop {} (nothing to do)",
@@ -457,11 +457,11 @@ pub(super) fn toggle_best_effort(paths: &LoopPaths, on: bool) {
 /// Called on every HALT: turns the installed schedule off when it can and logs
 /// `SCHEDULE disabled=true|false …`. Does nothing (and logs nothing) when no schedule
 /// is installed. Never fails: a halt must stand whatever the scheduler says.
-pub fn disable_best_effort(paths: &LoopPaths) {
+pub(crate) fn disable_best_effort(paths: &LoopPaths) {
     toggle_best_effort(paths, false);
 }
 
 /// Called by `approve`: turns a schedule a HALT disabled back on (`SCHEDULE enabled=…`).
-pub fn enable_best_effort(paths: &LoopPaths) {
+pub(crate) fn enable_best_effort(paths: &LoopPaths) {
     toggle_best_effort(paths, true);
 }

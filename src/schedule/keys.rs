@@ -13,7 +13,7 @@ use super::install::Record;
 /// The file the systemd service reads its environment from: `$XDG_CONFIG_HOME/loopflow/env`
 /// (else `~/.config/loopflow/env`). The unit names it `%h/.config/loopflow/env`, so only
 /// the default location is read there.
-pub fn env_file() -> Option<PathBuf> {
+pub(super) fn env_file() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(|h| PathBuf::from(h).join(".config/loopflow/env"))
@@ -31,7 +31,7 @@ fn names(text: &str) -> Vec<String> {
 }
 
 /// The variables an installed schedule gives its ticks (beyond `PATH`).
-pub fn carried_env(rec: &Record) -> Vec<String> {
+pub(crate) fn carried_env(rec: &Record) -> Vec<String> {
     match rec.platform {
         Platform::Systemd => env_file()
             .and_then(|f| std::fs::read_to_string(f).ok())
@@ -56,7 +56,7 @@ pub fn carried_env(rec: &Record) -> Vec<String> {
 }
 
 /// Where a schedule on `p` takes its variables from, in words.
-pub fn env_source(p: Platform) -> String {
+pub(crate) fn env_source(p: Platform) -> String {
     match p {
         Platform::Systemd => format!(
             "{} (the service's EnvironmentFile=)",
@@ -72,7 +72,7 @@ pub fn env_source(p: Platform) -> String {
 }
 
 /// How to give a scheduled tick on `p` one of `keys`, or use `program`'s own login.
-pub fn key_fix(p: Platform, keys: &[String], program: &str) -> String {
+pub(crate) fn key_fix(p: Platform, keys: &[String], program: &str) -> String {
     let key = keys.first().map_or("the key", String::as_str);
     let login = format!("or log in with `{program}` once (its own login works in every schedule)");
     match p {
@@ -91,7 +91,7 @@ pub fn key_fix(p: Platform, keys: &[String], program: &str) -> String {
 
 /// What `schedule install` says about the key, for each agent the loop runs: where a
 /// scheduled tick will take it from, or how to give it one.
-pub fn how_keys_reach(p: Platform, agents: &[(String, Vec<String>, bool)]) -> Vec<String> {
+pub(crate) fn how_keys_reach(p: Platform, agents: &[(String, Vec<String>, bool)]) -> Vec<String> {
     agents
         .iter()
         .map(|(program, keys, logged_in)| {

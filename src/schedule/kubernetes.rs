@@ -22,7 +22,7 @@ pub(super) fn k8s_name(loop_name: &str) -> String {
 /// made writable for it (`fsGroup`).
 const UID: u32 = 10001;
 
-pub fn kubernetes(t: &Target) -> File {
+pub(super) fn kubernetes(t: &Target) -> File {
     let (expr, note) = cron_expr(t.interval);
     let name = k8s_name(&t.loop_name);
     let note = note.map(|n| format!("# note: {n}\n")).unwrap_or_default();

@@ -10,7 +10,7 @@ pub(super) fn xml_escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-pub fn launchd(t: &Target) -> File {
+pub(super) fn launchd(t: &Target) -> File {
     let label = t.label();
     let args: String = t
         .argv()

@@ -29,11 +29,13 @@ mod orphans;
 mod schtasks;
 mod systemd;
 
-pub use agents::AgentUse;
-pub use cron::scattered;
-pub use install::{disable_best_effort, enable_best_effort, install, read_record, uninstall};
-pub use keys::{carried_env, env_source, how_keys_reach, key_fix};
-pub use orphans::{describe as describe_orphan, orphans, remove as remove_orphan};
+pub(crate) use agents::AgentUse;
+pub(crate) use cron::scattered;
+pub(crate) use install::{
+    disable_best_effort, enable_best_effort, install, read_record, uninstall,
+};
+pub(crate) use keys::{carried_env, env_source, how_keys_reach, key_fix};
+pub(crate) use orphans::{describe as describe_orphan, orphans, remove as remove_orphan};
 
 /// Why a schedule could not be installed, removed or toggled.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +73,7 @@ pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ScheduleError + 
 /// Where a schedule can be generated for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
-pub enum Platform {
+pub(crate) enum Platform {
     Auto,
     Systemd,
     Launchd,
@@ -82,7 +84,7 @@ pub enum Platform {
 }
 
 impl Platform {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Platform::Auto => "auto",
             Platform::Systemd => "systemd",
@@ -96,11 +98,11 @@ impl Platform {
 }
 
 /// The variables of the installing shell an installed schedule carries to its ticks.
-pub const CARRIED: [&str; 2] = ["PATH", "XDG_STATE_HOME"];
+pub(crate) const CARRIED: [&str; 2] = ["PATH", "XDG_STATE_HOME"];
 
 /// What a generated schedule needs to know.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     pub exe: PathBuf,
     pub project: PathBuf,
     pub loop_name: String,
@@ -119,7 +121,7 @@ pub struct Target {
 
 /// Where a remote loop's state of record lives, and how long a runner holds it.
 #[derive(Debug, Clone)]
-pub struct Record {
+pub(crate) struct Record {
     /// The git remote's name (`origin`).
     pub remote: String,
     /// Its URL, without any credential (Kubernetes clones it), when the project knows it.
@@ -132,7 +134,7 @@ pub struct Record {
 
 /// How a workflow installs this loopflow on a fresh runner.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LoopflowInstall {
+pub(crate) enum LoopflowInstall {
     /// loopflow's GitHub Action (`uses: owner/repo@v<version>`, action.yml): the released
     /// binary for the runner, checked against its SHA-256.
     Action { uses: String },
@@ -146,7 +148,7 @@ pub enum LoopflowInstall {
 /// What GitHub Actions and Kubernetes need to know beyond the tick's argv: both run the
 /// loop on a fresh machine.
 #[derive(Debug, Clone, Default)]
-pub struct Remote {
+pub(crate) struct Remote {
     pub install: Option<LoopflowInstall>,
     /// The container image (Kubernetes).
     pub image: Option<String>,
@@ -161,7 +163,7 @@ pub struct Remote {
 
 impl Remote {
     /// The API-key variables the runner takes from secrets.
-    pub fn secrets(&self) -> Vec<String> {
+    pub(crate) fn secrets(&self) -> Vec<String> {
         agents::secrets(&self.agents, &self.extra_secrets)
     }
 }
@@ -169,7 +171,7 @@ impl Remote {
 impl Target {
     /// `<exe> run --loop X --project DIR` (and `--slot auto` for a remote loop: every
     /// machine that fires it ticks each firing at most once), one element per argument.
-    pub fn argv(&self) -> Vec<String> {
+    pub(crate) fn argv(&self) -> Vec<String> {
         let mut argv = vec![
             self.exe.display().to_string(),
             "run".into(),
@@ -186,7 +188,7 @@ impl Target {
 
     /// A machine-wide unique name: the loop name plus a short hash of the project path,
     /// so two projects with a loop of the same name never share a unit or crontab block.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         format!("loopflow-{}-{:08x}", self.loop_name, fnv32(&self.project))
     }
 }
@@ -202,13 +204,13 @@ pub(super) fn fnv32(p: &Path) -> u32 {
 
 /// One generated file: its name and text.
 #[derive(Debug, Clone)]
-pub struct File {
+pub(crate) struct File {
     pub name: String,
     pub text: String,
 }
 
 /// Picks the scheduler native to this machine.
-pub fn auto() -> Platform {
+pub(crate) fn auto() -> Platform {
     if cfg!(target_os = "macos") {
         Platform::Launchd
     } else if cfg!(windows) {
@@ -266,7 +268,7 @@ pub(super) fn which(prog: &str) -> Option<PathBuf> {
 /// How often the installed schedule really fires, in words: cron-based platforms can only
 /// approximate some intervals, GitHub runs schedules at most every 5 minutes and Task
 /// Scheduler every minute.
-pub fn cadence(p: Platform, t: &Target) -> (u64, String) {
+pub(crate) fn cadence(p: Platform, t: &Target) -> (u64, String) {
     let cron = |secs: u64| {
         let c = cron::cron_schedule(secs);
         (c.every_secs, format!("on cron `{}` ({})", c.expr, c.every))
@@ -283,7 +285,7 @@ pub fn cadence(p: Platform, t: &Target) -> (u64, String) {
 }
 
 /// Every file of a platform, in print order.
-pub fn render(p: Platform, t: &Target) -> Vec<File> {
+pub(crate) fn render(p: Platform, t: &Target) -> Vec<File> {
     match p {
         Platform::Systemd => systemd::systemd(t),
         Platform::Launchd => vec![launchd::launchd(t)],
@@ -298,7 +300,7 @@ pub fn render(p: Platform, t: &Target) -> Vec<File> {
 }
 
 /// What `print` writes: the files in order, separated by a `#` comment line.
-pub fn print_text(p: Platform, t: &Target) -> String {
+pub(crate) fn print_text(p: Platform, t: &Target) -> String {
     let files = render(p, t);
     let mut out = String::new();
     for (i, f) in files.iter().enumerate() {
@@ -315,7 +317,7 @@ pub(crate) mod tests {
     use super::*;
 
     /// A target for unit tests of the renderers.
-    pub fn target() -> Target {
+    pub(crate) fn target() -> Target {
         Target {
             exe: PathBuf::from("/usr/local/bin/loopflow"),
             project: PathBuf::from("/srv/project"),

@@ -15,7 +15,7 @@ use crate::state::LoopPaths;
 
 /// A schedule installed for a loop of this project whose directory is gone.
 #[derive(Debug, Clone)]
-pub struct Orphan {
+pub(crate) struct Orphan {
     pub platform: Platform,
     pub label: String,
     pub loop_name: String,
@@ -51,7 +51,7 @@ fn labeled(dir: &Path, suffixes: &[&str]) -> Vec<(String, PathBuf)> {
 /// Every schedule on this machine (systemd user timers, the crontab, launch agents) of a
 /// loop of `project` (as canonicalized at install) that no longer exists. A scheduler
 /// that cannot be read (no `crontab` program) contributes nothing.
-pub fn orphans(project: &Path) -> Vec<Orphan> {
+pub(crate) fn orphans(project: &Path) -> Vec<Orphan> {
     let suffix = format!("-{:08x}", fnv32(project));
     // Deleted means not there: a loop directory that cannot be looked at (no permission,
     // a symlink to a disk not mounted) is not taken for a deleted one.
@@ -130,12 +130,12 @@ pub fn orphans(project: &Path) -> Vec<Orphan> {
 
 /// Stops and removes one orphan as `schedule uninstall` would its loop's schedule (the
 /// scheduler was told at install: a unit file or crontab block is only there then).
-pub fn remove(o: &Orphan) -> Result<Vec<String>, ScheduleError> {
+pub(crate) fn remove(o: &Orphan) -> Result<Vec<String>, ScheduleError> {
     stop_and_remove(o.platform, &o.label, &o.files, true)
 }
 
 /// What an orphan is, for one line of output.
-pub fn describe(o: &Orphan) -> String {
+pub(crate) fn describe(o: &Orphan) -> String {
     let place = match o.platform {
         Platform::Cron => "the crontab".to_string(),
         _ => o

@@ -35,13 +35,13 @@ pub(super) fn win_arg(a: &str) -> String {
 
 /// The encoding a task file is written in, declared in its XML header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
+pub(super) enum Encoding {
     Utf8,
     Utf16Le,
 }
 
 /// The task file `install` writes: UTF-16LE with a BOM, declaring UTF-16.
-pub fn task_file_bytes(t: &Target) -> (String, Vec<u8>) {
+pub(super) fn task_file_bytes(t: &Target) -> (String, Vec<u8>) {
     let f = schtasks(t, Encoding::Utf16Le);
     let mut bytes = vec![0xFF, 0xFE];
     for u in f.text.encode_utf16() {
@@ -50,7 +50,7 @@ pub fn task_file_bytes(t: &Target) -> (String, Vec<u8>) {
     (f.name, bytes)
 }
 
-pub fn schtasks(t: &Target, encoding: Encoding) -> File {
+pub(super) fn schtasks(t: &Target, encoding: Encoding) -> File {
     let argv = t.argv();
     let args: Vec<String> = argv[1..].iter().map(|a| win_arg(a)).collect();
     // Task Scheduler repeats at one-minute granularity at best.

@@ -18,7 +18,7 @@ pub(super) fn systemd_arg(a: &str) -> String {
     }
 }
 
-pub fn systemd(t: &Target) -> Vec<File> {
+pub(super) fn systemd(t: &Target) -> Vec<File> {
     let label = t.label();
     let exec: Vec<String> = t.argv().iter().map(|a| systemd_arg(a)).collect();
     let service = format!(
@@ -80,7 +80,7 @@ pub fn systemd(t: &Target) -> Vec<File> {
 
 /// Whether the user's manager outlives their sessions (`loginctl enable-linger`): systemd
 /// marks a lingering user with a file named after them.
-pub fn lingering() -> bool {
+pub(super) fn lingering() -> bool {
     let user = std::env::var("USER")
         .or_else(|_| std::env::var("LOGNAME"))
         .unwrap_or_default();

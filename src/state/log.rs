@@ -75,7 +75,7 @@ fn breaks_lines(c: char) -> bool {
 
 /// Quotes a log value when it holds whitespace, quotes or `=`, so lines stay parseable.
 /// Inside quotes every line-breaking character is escaped (`\n`, `\u2028`).
-pub fn quote(v: &str) -> String {
+pub(crate) fn quote(v: &str) -> String {
     if v.is_empty()
         || v.chars()
             .any(|c| c.is_whitespace() || c == '"' || c == '=' || breaks_lines(c))
@@ -104,7 +104,7 @@ fn word(w: &str) -> String {
 }
 
 /// The text of one event line, newline included.
-pub fn line(event: Event, args: &[LogArg<'_>]) -> String {
+pub(crate) fn line(event: Event, args: &[LogArg<'_>]) -> String {
     let mut line = format!("{} {}", now(), event.as_str());
     for a in args {
         line.push(' ');
@@ -122,7 +122,7 @@ pub fn line(event: Event, args: &[LogArg<'_>]) -> String {
 }
 
 /// Appends one event line to the log at `path`; returns the line.
-pub fn append(path: &Path, event: Event, args: &[LogArg<'_>]) -> Result<String, StateError> {
+pub(crate) fn append(path: &Path, event: Event, args: &[LogArg<'_>]) -> Result<String, StateError> {
     let line = line(event, args);
     let mut f = nofollow(OpenOptions::new().create(true).append(true))
         .open(path)
@@ -142,7 +142,7 @@ pub fn append(path: &Path, event: Event, args: &[LogArg<'_>]) -> Result<String, 
 /// Read newest first: the last 4 KiB, which nearly always holds the last `TICK`, and the
 /// whole tail only when it does not (decoding 64 KiB of a long log every tick cost a
 /// tick ~440,000 instructions).
-pub fn last_tick(path: &Path) -> Option<u64> {
+pub(crate) fn last_tick(path: &Path) -> Option<u64> {
     // Never a plain open: a FIFO in place of the log would block it (and the tick).
     let (mut f, len) = crate::fs_safe::open_regular_len(path).ok()?;
     let start = len.saturating_sub(64 * 1024);
@@ -189,7 +189,7 @@ fn last_tick_in(lines: &[u8]) -> Option<u64> {
 
 /// The most recent halt logged at or after byte `start` (by `loopflow halt` during a
 /// tick), for when the state file no longer shows it. `None` when there is none.
-pub fn halt_since(path: &Path, start: u64) -> Option<String> {
+pub(crate) fn halt_since(path: &Path, start: u64) -> Option<String> {
     // Never a plain open: a FIFO in place of the log would block it (and the tick).
     let (mut f, len) = crate::fs_safe::open_regular_len(path).ok()?;
     // Bounded: the newest 4 MiB of this tick's events at most.
@@ -209,7 +209,7 @@ pub fn halt_since(path: &Path, start: u64) -> Option<String> {
 /// One event line, read back: `<at> <EVENT> <words…> <key=value…>` with quoted values
 /// unescaped (what `log --json` prints).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub at: String,
     pub event: String,
     /// `key=value` items, in order; values are strings.
@@ -220,7 +220,7 @@ pub struct Entry {
 
 /// Parses one log line (without its newline); `None` when it is not an event line (a
 /// line someone else appended, a torn write).
-pub fn parse_line(line: &str) -> Option<Entry> {
+pub(crate) fn parse_line(line: &str) -> Option<Entry> {
     let (at, rest) = line.split_once(' ')?;
     at.parse::<jiff::Timestamp>().ok()?;
     let (event, mut rest) = rest.split_once(' ').unwrap_or((rest, ""));
@@ -289,7 +289,7 @@ fn quoted_end(v: &str) -> Option<usize> {
 /// or when the whole log was read and holds neither; `None` when the last 64 KiB hold
 /// neither of a longer log (rotated, or too long ago to tell). Order, not times, decides:
 /// a halt the commit restored carries the time of its restoring, later than its line.
-pub fn halt_logged(path: &Path) -> Option<bool> {
+pub(crate) fn halt_logged(path: &Path) -> Option<bool> {
     const TAIL: u64 = 64 * 1024;
     let buf = crate::fs_safe::tail(path, TAIL).ok()?;
     let whole = (buf.len() as u64) < TAIL;
@@ -312,7 +312,7 @@ pub fn halt_logged(path: &Path) -> Option<bool> {
 }
 
 /// The newest `event` line among the log's last 64 KiB.
-pub fn last_event(path: &Path, event: Event) -> Option<Entry> {
+pub(crate) fn last_event(path: &Path, event: Event) -> Option<Entry> {
     let buf = crate::fs_safe::tail(path, 64 * 1024).ok()?;
     String::from_utf8_lossy(&buf)
         .lines()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// `$XDG_STATE_HOME/loopflow`, else `~/.local/state/loopflow`; `None` when neither
 /// variable is set (absolute).
-pub fn base() -> Option<PathBuf> {
+pub(crate) fn base() -> Option<PathBuf> {
     let abs = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
     std::env::var_os("XDG_STATE_HOME")
         .and_then(abs)
@@ -20,7 +20,7 @@ pub fn base() -> Option<PathBuf> {
 }
 
 /// `project`, links and `..` resolved (as written where it does not exist).
-pub fn real(project: &Path) -> PathBuf {
+pub(crate) fn real(project: &Path) -> PathBuf {
     project
         .canonicalize()
         .unwrap_or_else(|_| crate::fs_safe::normalize(project))
@@ -28,7 +28,7 @@ pub fn real(project: &Path) -> PathBuf {
 
 /// `<project directory's name>-<12 hex of its resolved path's hash>`: a person can tell
 /// projects apart, and no two checkouts share one.
-pub fn project_key(project: &Path) -> String {
+pub(crate) fn project_key(project: &Path) -> String {
     let project = real(project);
     let label: String = project
         .file_name()

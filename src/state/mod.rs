@@ -12,16 +12,17 @@ use crate::reason::HaltReason;
 use crate::verdict::Verdict;
 
 mod lock;
-pub mod log;
-pub mod machine;
+pub(crate) mod log;
+pub(crate) mod machine;
 mod paths;
-pub mod tamper;
+pub(crate) mod tamper;
 
-pub use lock::{Previous, TickLock};
-pub use log::{Event, LogArg};
-pub use paths::{Ledger, LoopPaths, check_loop_name, list_loops, loops_dir, text_path};
+pub(crate) use lock::{Previous, TickLock};
+pub(crate) use log::{Event, LogArg};
+pub use paths::LoopPaths;
+pub(crate) use paths::{Ledger, check_loop_name, list_loops, loops_dir, text_path};
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// `.state.loop`: a loop's state, written only by loopflow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -140,7 +141,7 @@ impl State {
 }
 
 /// The current time as RFC 3339 UTC with second precision.
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
@@ -201,7 +202,7 @@ pub fn load(path: &Path) -> Result<State, StateError> {
 /// A state file's text, parsed once. A newer format is named as such, not as corruption:
 /// by the parsed version, or — when a newer format does not parse as this one — by a
 /// second, untyped look at its `schema_version`.
-pub fn from_text(path: &Path, text: &str) -> Result<State, StateError> {
+pub(crate) fn from_text(path: &Path, text: &str) -> Result<State, StateError> {
     let too_new = |found: u64| StateError::TooNew {
         path: path.to_path_buf(),
         found: found as u32,

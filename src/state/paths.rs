@@ -13,10 +13,10 @@ use crate::fs_safe::TEMP_PREFIX;
 #[error(
     "invalid loop name {0:?}: use 1–64 characters from a-z, 0-9, `_` and `-`, starting with a letter or digit"
 )]
-pub struct LoopNameError(String);
+pub(crate) struct LoopNameError(String);
 
 /// Loop names match `^[a-z0-9][a-z0-9_-]{0,63}$`: never a path.
-pub fn check_loop_name(name: &str) -> Result<(), LoopNameError> {
+pub(crate) fn check_loop_name(name: &str) -> Result<(), LoopNameError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.as_bytes()[0].is_ascii_lowercase() | name.as_bytes()[0].is_ascii_digit()
@@ -31,7 +31,7 @@ pub fn check_loop_name(name: &str) -> Result<(), LoopNameError> {
 }
 
 /// Every loop directory of a project, sorted by name.
-pub fn list_loops(project: &Path) -> Vec<String> {
+pub(crate) fn list_loops(project: &Path) -> Vec<String> {
     let mut out: Vec<String> = std::fs::read_dir(loops_dir(project))
         .into_iter()
         .flatten()
@@ -50,12 +50,12 @@ pub fn list_loops(project: &Path) -> Vec<String> {
 }
 
 /// `.loopflow/loops` of a project.
-pub fn loops_dir(project: &Path) -> PathBuf {
+pub(crate) fn loops_dir(project: &Path) -> PathBuf {
     project.join(".loopflow").join("loops")
 }
 
 /// The event lines one tick appended, in order (see [`LoopPaths::with_ledger`]).
-pub type Ledger = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+pub(crate) type Ledger = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
 /// The files of one loop.
 #[derive(Debug, Clone)]
@@ -79,7 +79,7 @@ pub struct LoopPaths {
 /// Agents get paths as text (`{{cwd}}`, `{{prompt}}`, `{{output}}` are JSON strings): a
 /// path that is not UTF-8 would reach them changed (U+FFFD for its odd bytes) and name no
 /// file, so every agent would fail on its own prompt. Said once, up front, instead.
-pub fn text_path(path: &Path) -> Result<(), StateError> {
+pub(crate) fn text_path(path: &Path) -> Result<(), StateError> {
     if path.to_str().is_some() {
         return Ok(());
     }

@@ -12,7 +12,7 @@ use super::State;
 /// tick-start values; a difference means something with write access to the file (an
 /// agent) rewrote it. `halt` may be set during a tick (`loopflow halt`), never cleared;
 /// `current_phase` may change (`loopflow transition`).
-pub fn forged_fields(start: &State, disk: &State) -> Vec<&'static str> {
+pub(crate) fn forged_fields(start: &State, disk: &State) -> Vec<&'static str> {
     let mut f = Vec::new();
     let mut check = |changed: bool, name: &'static str| {
         if changed {
@@ -53,12 +53,12 @@ pub fn forged_fields(start: &State, disk: &State) -> Vec<&'static str> {
 
 /// The files that steer a tick, each with a digest of its contents when the tick began.
 #[derive(Debug, Clone, Default)]
-pub struct Watched(Vec<(PathBuf, u64)>);
+pub(crate) struct Watched(Vec<(PathBuf, u64)>);
 
 impl Watched {
     /// Digests `files` (duplicates once), taking the digest of a file from `known` (of
     /// its bytes as the tick just read them) instead of reading it again.
-    pub fn with_known(
+    pub(crate) fn with_known(
         files: impl IntoIterator<Item = PathBuf>,
         known: &[(PathBuf, u64)],
     ) -> Watched {
@@ -79,7 +79,7 @@ impl Watched {
     }
 
     /// The watched files whose contents changed since [`Watched::with_known`].
-    pub fn changed(&self) -> Vec<String> {
+    pub(crate) fn changed(&self) -> Vec<String> {
         self.0
             .iter()
             .filter(|(f, d)| digest(f) != *d)
@@ -100,7 +100,7 @@ fn digest(path: &Path) -> u64 {
 }
 
 /// The digest of a watched file's contents.
-pub fn digest_bytes(bytes: &[u8]) -> u64 {
+pub(crate) fn digest_bytes(bytes: &[u8]) -> u64 {
     let mut h = std::hash::DefaultHasher::new();
     bytes.hash(&mut h);
     h.finish()

@@ -40,12 +40,12 @@ fn split(url: &str) -> Result<(String, String), String> {
 }
 
 /// Whether `url` is one [`post`] can send to.
-pub fn check_url(url: &str) -> Result<(), String> {
+pub(super) fn check_url(url: &str) -> Result<(), String> {
     split(url).map(|_| ())
 }
 
 /// POSTs `body` to `url`; `Ok` on a 2xx answer within `timeout`.
-pub fn post(
+pub(super) fn post(
     url: &str,
     content_type: &str,
     headers: &[(String, String)],

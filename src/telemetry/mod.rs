@@ -18,17 +18,17 @@ use crate::config::telemetry::Protocol;
 mod http;
 mod otlp;
 
-pub use otlp::{Span, Value, request};
+pub(crate) use otlp::{Span, Value, request};
 
 /// How long the export at a tick's end may take (connect, send, answer), unless
 /// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` / `OTEL_EXPORTER_OTLP_TIMEOUT` (milliseconds) say
 /// otherwise, up to [`MAX_TIMEOUT`].
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where and how traces are sent.
 #[derive(Debug, Clone)]
-pub struct Exporter {
+pub(crate) struct Exporter {
     /// The full traces URL (`…/v1/traces`).
     pub url: String,
     pub protocol: Protocol,
@@ -60,7 +60,7 @@ impl Exporter {
     /// The exporter the environment and `project`'s `.loopflow/config.toml` configure:
     /// `None` when neither names an endpoint (or `OTEL_SDK_DISABLED=true`),
     /// `Some(Err)` when what they name cannot be used (the tick says so in a `WARN`).
-    pub fn configured(project: &Path) -> Option<Result<Exporter, String>> {
+    pub(crate) fn configured(project: &Path) -> Option<Result<Exporter, String>> {
         if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
             return None;
         }
@@ -137,7 +137,7 @@ impl Exporter {
 
     /// Sends `spans` (one trace) to the collector within the timeout; `Err` says what
     /// went wrong, for the tick's one `WARN`.
-    pub fn export(&self, spans: &[Span]) -> Result<(), String> {
+    pub(crate) fn export(&self, spans: &[Span]) -> Result<(), String> {
         let body = otlp::encode(&request(&self.resource, spans), self.protocol);
         let kind = match self.protocol {
             Protocol::Protobuf => "application/x-protobuf",
@@ -182,7 +182,7 @@ fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
 }
 
 /// A W3C `traceparent` (`00-<trace>-<span>-<flags>`): trace id, span id, sampled.
-pub fn parse_traceparent(s: &str) -> Option<([u8; 16], [u8; 8], bool)> {
+pub(crate) fn parse_traceparent(s: &str) -> Option<([u8; 16], [u8; 8], bool)> {
     let parts: Vec<&str> = s.trim().split('-').collect();
     let [version, trace, span, flags] = parts[..] else {
         return None;

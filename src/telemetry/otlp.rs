@@ -12,7 +12,7 @@ use crate::config::telemetry::Protocol;
 
 /// An attribute's value.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Value {
+pub(crate) enum Value {
     Str(String),
     Int(i64),
     Float(f64),
@@ -21,7 +21,7 @@ pub enum Value {
 
 /// One finished span of a tick's trace.
 #[derive(Debug, Clone)]
-pub struct Span {
+pub(crate) struct Span {
     pub span_id: [u8; 8],
     pub parent: Option<[u8; 8]>,
     pub name: String,
@@ -57,7 +57,7 @@ fn kv(key: &str, v: &Value) -> KeyValue {
 
 /// The export request for one trace: the resource (`service.name`, …), loopflow's scope,
 /// the spans.
-pub fn request(resource: &[(String, String)], spans: &[Span]) -> ExportTraceServiceRequest {
+pub(crate) fn request(resource: &[(String, String)], spans: &[Span]) -> ExportTraceServiceRequest {
     let spans = spans
         .iter()
         .map(|s| opentelemetry_proto::tonic::trace::v1::Span {
@@ -109,7 +109,7 @@ pub fn request(resource: &[(String, String)], spans: &[Span]) -> ExportTraceServ
 }
 
 /// The request's bytes in `protocol`'s encoding.
-pub fn encode(req: &ExportTraceServiceRequest, protocol: Protocol) -> Vec<u8> {
+pub(super) fn encode(req: &ExportTraceServiceRequest, protocol: Protocol) -> Vec<u8> {
     match protocol {
         Protocol::Protobuf => req.encode_to_vec(),
         Protocol::Json => serde_json::to_vec(req).unwrap_or_default(),

@@ -12,7 +12,7 @@ use super::compile::compile_plain;
 
 /// The engine: strict mode (a missing variable is an error), no HTML escaping (an argv
 /// element must reach the agent byte for byte).
-pub fn engine() -> Handlebars<'static> {
+pub(crate) fn engine() -> Handlebars<'static> {
     let mut hb = Handlebars::new();
     hb.set_strict_mode(true);
     hb.register_escape_fn(handlebars::no_escape);
@@ -171,7 +171,7 @@ fn unplace(s: &str, pieces: &[&str]) -> String {
 pub struct RenderError(String);
 
 /// Renders one template against a JSON context.
-pub fn render(hb: &Handlebars<'_>, text: &str, ctx: &Value) -> Result<String, RenderError> {
+pub(crate) fn render(hb: &Handlebars<'_>, text: &str, ctx: &Value) -> Result<String, RenderError> {
     if !text.contains("{{") {
         return Ok(text.to_string());
     }
@@ -204,7 +204,7 @@ pub fn render(hb: &Handlebars<'_>, text: &str, ctx: &Value) -> Result<String, Re
 }
 
 /// Is a rendered `when` condition true? Empty, `false` and `0` are false.
-pub fn truthy(rendered: &str) -> bool {
+pub(crate) fn truthy(rendered: &str) -> bool {
     let t = rendered.trim();
     !(t.is_empty() || t == "false" || t == "0" || t == "0.0")
 }

@@ -7,10 +7,10 @@ mod bytes;
 mod compile;
 mod engine;
 mod scan;
-pub mod vars;
+pub(crate) mod vars;
 
-pub use engine::{RenderError, engine, render, truthy};
-pub use scan::{HELPERS, Usage, legacy_placeholders, scan};
+pub(crate) use engine::{RenderError, engine, render, truthy};
+pub(crate) use scan::{HELPERS, Usage, legacy_placeholders, scan};
 
 use std::ops::Range;
 
@@ -87,7 +87,7 @@ impl Tmpl {
 /// The byte span inside a TOML string literal of the characters `range` of its value,
 /// when the literal spells the value out without escapes (the common case). Otherwise
 /// the whole literal.
-pub fn inner_span(
+pub(crate) fn inner_span(
     source: &SourceRef,
     literal: &Range<usize>,
     value: &str,

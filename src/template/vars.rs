@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 /// Where a variable exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
+pub(crate) enum Scope {
     /// At every node, in every template.
     Always,
     /// Where a process runs for a role (harness nodes), and in role prompts.
@@ -39,7 +39,7 @@ pub const ALWAYS: &[&str] = &[
 ];
 
 /// Variables set where a process runs for a role. `prompt_text` is argv-only.
-pub const ROLE: &[&str] = &[
+pub(crate) const ROLE: &[&str] = &[
     "role",
     "prompt",
     "prompt_text",
@@ -56,7 +56,7 @@ pub const NODE_FIELDS: &[&str] = &["stdout_path", "stderr_path", "exit_code", "o
 pub const SOURCE: &[&str] = &["loop", "project", "cwd"];
 
 /// Where `name` (the first segment of a variable path) exists; `None` for an unknown name.
-pub fn scope(name: &str) -> Option<Scope> {
+pub(crate) fn scope(name: &str) -> Option<Scope> {
     if ALWAYS.contains(&name) {
         Some(Scope::Always)
     } else if name == "prompt_text" {
@@ -83,13 +83,13 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 }
 
 /// Whether `name` is a single value (or, for `reasons`, a list): no `.field` below it.
-pub fn is_leaf(name: &str) -> bool {
+pub(crate) fn is_leaf(name: &str) -> bool {
     !matches!(scope(name), None | Some(Scope::Nodes))
 }
 
 /// The values every node of a tick shares.
 #[derive(Debug, Clone)]
-pub struct Tick<'a> {
+pub(crate) struct Tick<'a> {
     pub loop_name: &'a str,
     pub project: &'a str,
     pub iteration: u64,
@@ -103,7 +103,7 @@ pub struct Tick<'a> {
 }
 
 /// The [`Scope::Always`] variables but `node` and `output`, which [`at_node`] adds.
-pub fn tick(t: &Tick<'_>) -> Map<String, Value> {
+pub(crate) fn tick(t: &Tick<'_>) -> Map<String, Value> {
     let mut m = Map::with_capacity(ALWAYS.len() + 4);
     m.insert("loop".into(), json!(t.loop_name));
     m.insert("project".into(), json!(t.project));
@@ -119,7 +119,7 @@ pub fn tick(t: &Tick<'_>) -> Map<String, Value> {
 
 /// One upstream node's outputs, as `nodes.<id>.*`.
 #[derive(Debug, Clone, Default)]
-pub struct Upstream<'a> {
+pub(crate) struct Upstream<'a> {
     pub stdout_path: &'a str,
     pub stderr_path: &'a str,
     pub exit_code: Option<i32>,
@@ -128,7 +128,7 @@ pub struct Upstream<'a> {
 
 /// Adds what is specific to one node: its id, its `{{output}}` path, the outputs of the
 /// nodes upstream of it, and `artifact` / `verdict` when their producers ran before it.
-pub fn at_node(
+pub(crate) fn at_node(
     vars: &mut Map<String, Value>,
     node: &str,
     output: &str,
@@ -163,7 +163,7 @@ pub fn at_node(
 
 /// The role's variables, for a harness node's prompt and argv.
 #[derive(Debug, Clone)]
-pub struct Role<'a> {
+pub(crate) struct Role<'a> {
     pub role: &'a str,
     pub model: &'a str,
     pub session_id: &'a str,
@@ -174,7 +174,7 @@ pub struct Role<'a> {
 }
 
 /// Adds the [`Scope::Role`] variables (but `prompt_text`: see [`prompt_text`]).
-pub fn role(vars: &mut Map<String, Value>, r: &Role<'_>) {
+pub(crate) fn role(vars: &mut Map<String, Value>, r: &Role<'_>) {
     vars.insert("role".into(), json!(r.role));
     vars.insert("model".into(), json!(r.model));
     vars.insert("session_id".into(), json!(r.session_id));
@@ -183,12 +183,12 @@ pub fn role(vars: &mut Map<String, Value>, r: &Role<'_>) {
 }
 
 /// Adds `prompt_text`, once the prompt is rendered (for the argv only).
-pub fn prompt_text(vars: &mut Map<String, Value>, text: &str) {
+pub(crate) fn prompt_text(vars: &mut Map<String, Value>, text: &str) {
     vars.insert("prompt_text".into(), json!(text));
 }
 
 /// The variables of a work source's templates.
-pub fn source(loop_name: &str, project: &str, cwd: &str) -> Value {
+pub(crate) fn source(loop_name: &str, project: &str, cwd: &str) -> Value {
     json!({ "loop": loop_name, "project": project, "cwd": cwd })
 }
 

@@ -23,7 +23,7 @@ const KEPT: usize = 4;
 
 /// The sandbox of one tick: the backend, the policy every spawn starts from, and what
 /// the kernel gives for it.
-pub struct Confinement {
+pub(crate) struct Confinement {
     backend: Option<Box<dyn Sandbox>>,
     base: Policy,
     /// The project and its `.loopflow`, resolved: no agent state directory may be or hold
@@ -46,7 +46,7 @@ struct Reused {
 }
 
 /// Whether the tick may run its agents, and what to say about it.
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Confined as asked (or `mode = "off"`).
     Ok,
     /// `mode = "auto"`: running with less than asked; the text says what is missing.
@@ -58,7 +58,7 @@ pub enum Verdict {
 impl Confinement {
     /// The tick's confinement. `cwd` is where agents work, `tmp` the tick's `TMPDIR`,
     /// `outputs` the loop's `outputs/` (where their prompts are).
-    pub fn new(
+    pub(crate) fn new(
         config: &LoopConfig,
         project: &Path,
         cwd: &Path,
@@ -155,7 +155,7 @@ impl Confinement {
     }
 
     /// What the kernel gives for the tick's policy, said once before any agent runs.
-    pub fn verdict(&self) -> Verdict {
+    pub(crate) fn verdict(&self) -> Verdict {
         let Some(b) = &self.backend else {
             return Verdict::Ok;
         };
@@ -177,7 +177,7 @@ impl Confinement {
     }
 
     /// A one-line account for `status`, `--dry-run` and `check --explain`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let Some(b) = &self.backend else {
             return "sandbox off: spawned processes may write anywhere the user can".into();
         };
@@ -228,7 +228,7 @@ impl Confinement {
     /// directories, less those [`Confinement::split_state_dirs`] refuses (returned, for
     /// the tick to say so), plus `read`; under `network = "hosts"` a client of the tick's
     /// proxy that may reach `[sandbox] hosts` and `hosts` (the preset's).
-    pub fn prepare_agent(
+    pub(crate) fn prepare_agent(
         &self,
         state_dirs: &[PathBuf],
         read: &[PathBuf],
@@ -253,7 +253,7 @@ impl Confinement {
 
     /// Whether the kernel confines the reads of the tick's processes (so what is outside
     /// their read rules, the checkout's `.git` among it, is beyond their reach).
-    pub fn reads_confined(&self) -> bool {
+    pub(crate) fn reads_confined(&self) -> bool {
         self.backend.is_some()
             && self
                 .prepare_with(&[], &[], None)
@@ -282,18 +282,18 @@ impl Confinement {
     }
 
     /// The address of the tick's proxy, once a spawn started it.
-    pub fn proxy_addr(&self) -> Option<std::net::SocketAddr> {
+    pub(crate) fn proxy_addr(&self) -> Option<std::net::SocketAddr> {
         let net = self.net.lock().unwrap_or_else(|e| e.into_inner());
         net.as_ref().map(|n| n.addr())
     }
 
     /// Whether the sandbox is on (`mode` is not `"off"`).
-    pub fn confines(&self) -> bool {
+    pub(crate) fn confines(&self) -> bool {
         self.backend.is_some()
     }
 
     /// Whether spawns go through the tick's proxy (`network = "hosts"`, sandbox on).
-    pub fn proxied(&self) -> bool {
+    pub(crate) fn proxied(&self) -> bool {
         self.backend.is_some() && matches!(self.base.net, Net::Proxy(_))
     }
 
@@ -303,7 +303,7 @@ impl Confinement {
     /// tick's proxy (`None`: no proxy, so no TCP at all). The ruleset of an earlier call
     /// with the same paths and network is reused: within a tick the paths it names are
     /// the files they were (none of them is the agents' to replace).
-    pub fn prepare_with(
+    pub(crate) fn prepare_with(
         &self,
         extra: &[PathBuf],
         read: &[PathBuf],
@@ -508,7 +508,7 @@ fn toolchains(project: &Path) -> Vec<PathBuf> {
 /// ([`prefix_of`]) when it lies in a `bin`, else — outside the home directory — its
 /// directory, and under it the file itself (`~/.local/share/claude/versions/2.1.0`, which
 /// reads itself). Nothing for a program that is not found.
-pub fn install_prefix(
+pub(crate) fn install_prefix(
     program: &str,
     path: Option<&std::ffi::OsStr>,
     project: &Path,

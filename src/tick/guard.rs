@@ -16,7 +16,7 @@ use crate::state::{Event, Halt, LogArg, LoopPaths, Previous, State, StateError};
 /// environment (it may have spawned one before recording its group). Every kill happens
 /// before anything is logged, so a log that cannot be written stops no kill; returns how
 /// many processes were stopped, or the first logging error after all of them.
-pub fn stop_leftovers(paths: &LoopPaths, previous: &Previous) -> Result<usize, StateError> {
+pub(super) fn stop_leftovers(paths: &LoopPaths, previous: &Previous) -> Result<usize, StateError> {
     let mut lines = Vec::new();
     // One set across the calls: a process killed with its group may still be dying when
     // the sweep by marks looks, and must not be killed (and counted) again.
@@ -58,7 +58,7 @@ pub fn stop_leftovers(paths: &LoopPaths, previous: &Previous) -> Result<usize, S
 /// Lock and log files loopflow must own as regular files: one that is a directory, a
 /// FIFO or a symlink (an agent put it there) is moved aside, so the next lock or append
 /// works, and named for the halt that follows.
-pub fn repair_files(paths: &LoopPaths) -> Vec<String> {
+pub(super) fn repair_files(paths: &LoopPaths) -> Vec<String> {
     let mut moved = Vec::new();
     for p in [&paths.lock, &paths.state_lock, &paths.log] {
         let Ok(m) = std::fs::symlink_metadata(p) else {
@@ -102,7 +102,7 @@ fn name(p: &Path) -> String {
 /// Halts seen in the state file while the tick ran: a human's `loopflow halt` stands even
 /// if an agent then erased it from the file (and its line from the log).
 #[derive(Default)]
-pub struct HaltWatch {
+pub(super) struct HaltWatch {
     seen: Mutex<Option<Halt>>,
     /// (inode, length, mtime) of `.state.loop` at the last look.
     last: Mutex<Option<(u64, u64, i128)>>,
@@ -111,7 +111,7 @@ pub struct HaltWatch {
 impl HaltWatch {
     /// A watch that has already looked: the state the tick read at its start, and the
     /// file's stamp taken just before that read (so any change after it is looked at).
-    pub fn starting_from(stamp: Option<(u64, u64, i128)>, start: &State) -> HaltWatch {
+    pub(super) fn starting_from(stamp: Option<(u64, u64, i128)>, start: &State) -> HaltWatch {
         HaltWatch {
             seen: Mutex::new(start.halt.clone()),
             last: Mutex::new(stamp),
@@ -119,7 +119,7 @@ impl HaltWatch {
     }
 
     /// Looks at the state file if it changed since the last look (one `stat`).
-    pub fn look(&self, paths: &LoopPaths) {
+    pub(super) fn look(&self, paths: &LoopPaths) {
         let Ok(m) = std::fs::symlink_metadata(&paths.state) else {
             return;
         };
@@ -142,13 +142,13 @@ impl HaltWatch {
     }
 
     /// The first halt seen during the tick.
-    pub fn seen(&self) -> Option<Halt> {
+    pub(super) fn seen(&self) -> Option<Halt> {
         self.seen.lock().ok().and_then(|s| s.clone())
     }
 }
 
 /// The state file's stamp now, `None` when it cannot be read.
-pub fn stamp_now(paths: &LoopPaths) -> Option<(u64, u64, i128)> {
+pub(super) fn stamp_now(paths: &LoopPaths) -> Option<(u64, u64, i128)> {
     std::fs::symlink_metadata(&paths.state)
         .ok()
         .map(|m| stamp(&m))
@@ -179,7 +179,7 @@ fn stamp(m: &std::fs::Metadata) -> (u64, u64, i128) {
 /// start (a halt may have been set, the phase moved). Anything else someone rewrote is
 /// put back, a halt seen during the tick but gone from the file is restored, and
 /// returns what was forged, for the halt.
-pub fn restore_state(
+pub(super) fn restore_state(
     paths: &LoopPaths,
     start: &State,
     seen: Option<Halt>,
@@ -212,7 +212,7 @@ pub fn restore_state(
 /// Whether every line this tick appended to the log is still there, in order, after
 /// the tick's start offset (others may have appended between them: `loopflow halt`,
 /// `transition`). `Err` says what is wrong.
-pub fn log_intact(paths: &LoopPaths, start: u64, ours: &[String]) -> Result<(), String> {
+pub(super) fn log_intact(paths: &LoopPaths, start: u64, ours: &[String]) -> Result<(), String> {
     let len = std::fs::metadata(&paths.log).map_or(0, |m| m.len());
     if len < start {
         return Err(format!(
@@ -241,6 +241,6 @@ pub fn log_intact(paths: &LoopPaths, start: u64, ours: &[String]) -> Result<(), 
 }
 
 /// The halt for state someone else changed during the tick.
-pub fn tampered() -> HaltReason {
+pub(super) fn tampered() -> HaltReason {
     HaltReason::HumanIntervention(Intervention::StateTampered)
 }

@@ -69,7 +69,7 @@ pub(super) struct Tick<'a> {
 }
 
 impl<'a> Tick<'a> {
-    pub fn pipeline(&self) -> &'a Pipeline {
+    pub(super) fn pipeline(&self) -> &'a Pipeline {
         &self.loaded.pipeline
     }
 
@@ -81,7 +81,7 @@ impl<'a> Tick<'a> {
             .insert((node.to_string(), what.to_string()))
     }
 
-    pub fn scope(
+    pub(super) fn scope(
         &'a self,
         work: &'a WorkSourceReader<'a>,
         hb: &'a handlebars::Handlebars<'static>,
@@ -121,7 +121,7 @@ impl<'a> Tick<'a> {
         }
     }
 
-    pub fn dry_run(&self, scope: &TickScope<'_>) -> Summary {
+    pub(super) fn dry_run(&self, scope: &TickScope<'_>) -> Summary {
         let nodes: Vec<DryNode> = crate::exec::dry_run(self.pipeline(), scope, self);
         let mut s = Summary::bare(
             &self.paths.name,
@@ -166,7 +166,7 @@ impl<'a> Tick<'a> {
             .unwrap_or_default()
     }
 
-    pub fn execute(
+    pub(super) fn execute(
         &self,
         scope: &TickScope<'_>,
         parallel: bool,

@@ -424,7 +424,10 @@ fn remote_tick(
 /// stops the recorded groups and, since the tick died, every process carrying the
 /// loop's marks, removes its stale temp files, and clears the lock file's marks (even
 /// when logging what it stopped failed). Returns how many processes it stopped.
-pub fn clean_up_after_killed_tick(project: &Path, name: &str) -> Result<Option<usize>, StateError> {
+pub(crate) fn clean_up_after_killed_tick(
+    project: &Path,
+    name: &str,
+) -> Result<Option<usize>, StateError> {
     let project = std::path::absolute(project).map_err(|source| StateError::Io {
         path: project.to_path_buf(),
         source,
@@ -567,7 +570,7 @@ fn run_locked(
 }
 
 /// Where agents write their `{{output}}` files, inside their working directory.
-pub use crate::blast::OUTPUT_DIR;
+pub(crate) use crate::blast::OUTPUT_DIR;
 
 /// How many ticks run in this process (more than one only in a daemon).
 static ACTIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -8,7 +8,7 @@ use crate::reason::NodeStatus;
 use crate::telemetry::{Span, TraceIds, Value};
 
 /// The spans of the tick `summary` describes, which ran from `start_ns` to `end_ns`.
-pub fn tick_spans(
+pub(super) fn tick_spans(
     ids: &TraceIds,
     (start_ns, end_ns): (u64, u64),
     project: &Path,

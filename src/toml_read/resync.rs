@@ -16,7 +16,7 @@ const MAX_ERRORS: usize = 32;
 
 /// A syntax error to report: where and what.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Found {
+pub(super) struct Found {
     pub span: Range<usize>,
     pub message: String,
 }
@@ -33,7 +33,7 @@ enum Stmt {
 /// The syntax errors of `text` worth reporting, given the parser's own `errors` (not
 /// empty), and the text with every statement they broke blanked out, which parses (or,
 /// past [`MAX_ERRORS`], parses better).
-pub fn resync(text: &str, errors: Vec<Error>) -> (Vec<Found>, String) {
+pub(super) fn resync(text: &str, errors: Vec<Error>) -> (Vec<Found>, String) {
     let mut masked = text.to_string();
     let mut found = Vec::new();
     let mut errors = errors;

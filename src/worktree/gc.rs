@@ -49,7 +49,7 @@ fn stale(project: &Path, name: &str, max_age: Duration) -> Option<Stale> {
     (idle >= max_age).then(|| Stale::Idle(format!("idle {}d", idle.as_secs() / 86400)))
 }
 
-pub struct GcOptions {
+pub(crate) struct GcOptions {
     pub max_age: Duration,
     pub force: bool,
     pub dry_run: bool,
@@ -58,7 +58,7 @@ pub struct GcOptions {
 }
 
 /// What gc did, one line each, and whether anything was kept back.
-pub struct GcReport {
+pub(crate) struct GcReport {
     pub lines: Vec<String>,
     pub kept: usize,
 }
@@ -124,7 +124,7 @@ fn found(project: &Path, checkout: &Repo) -> Result<Vec<Found>, GitError> {
 }
 
 /// Prunes stale loop worktrees and branches.
-pub fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
+pub(crate) fn gc(project: &Path, o: &GcOptions) -> Result<GcReport, GitError> {
     let mut lines = Vec::new();
     let mut kept = 0;
     let verb = |s: &str| {

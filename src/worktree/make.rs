@@ -9,7 +9,7 @@ use crate::state::{Event, LogArg, LoopPaths, StateError};
 
 /// Why a worktree could not be made.
 #[derive(Debug, thiserror::Error)]
-pub enum MakeError {
+pub(crate) enum MakeError {
     #[error("{} is not a git repository", .0.display())]
     NotGit(PathBuf),
     #[error("the repository has no commit yet")]
@@ -30,7 +30,7 @@ pub enum MakeError {
 /// What `info/exclude` of a loop's repository holds: the agents' output directory, and
 /// the build output a fresh project of its language would ignore (DESIGN §9) — but what
 /// the blast radius `allow`s by name.
-pub fn exclude_text(allow: &[String]) -> String {
+pub(crate) fn exclude_text(allow: &[String]) -> String {
     let mut s = String::from(
         "# written by loopflow: never committed as a loop's work (the blast radius can allow one by name)\n",
     );
@@ -115,7 +115,7 @@ fn make(
 
 /// `create`: the worktree of a new loop (its branch made at HEAD, or the existing one
 /// used). Its work tree's path.
-pub fn create(
+pub(crate) fn create(
     paths: &LoopPaths,
     dir: Option<&Path>,
     allow: &[String],
@@ -128,7 +128,7 @@ pub fn create(
 
 /// Why `worktree restore` could not bring a worktree back.
 #[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
+pub(crate) enum RestoreError {
     #[error(transparent)]
     Make(#[from] MakeError),
     #[error(transparent)]
@@ -153,7 +153,7 @@ impl From<LocationError> for RestoreError {
 }
 
 /// What `worktree restore` did.
-pub struct Restored {
+pub(crate) struct Restored {
     pub path: PathBuf,
     pub branch: String,
     /// False when the worktree was there already (nothing was done but checks).
@@ -167,7 +167,7 @@ pub struct Restored {
 /// Makes the loop's worktree again at its place (from its branch, or a new one from HEAD)
 /// when it is missing, moves one of the old layout there, or puts a rewritten `.git`
 /// back; records where it is. Holds the tick lock, so no tick runs meanwhile.
-pub fn restore(
+pub(crate) fn restore(
     paths: &LoopPaths,
     dir: Option<&Path>,
     allow: &[String],
@@ -180,7 +180,7 @@ pub fn restore(
 
 /// [`restore`] by a caller that already holds the loop's tick lock (a remote loop's tick,
 /// which makes its worktree from the branch it fetched).
-pub fn restore_held(
+pub(crate) fn restore_held(
     paths: &LoopPaths,
     _lock: &crate::state::TickLock,
     dir: Option<&Path>,
@@ -246,7 +246,7 @@ fn record(paths: &LoopPaths, copy: &Copy, what: &'static str) -> Result<(), Stat
 
 /// What moving an old-layout worktree did.
 #[derive(Debug, Clone)]
-pub struct Moved {
+pub(crate) struct Moved {
     pub from: PathBuf,
     /// Uncommitted files carried over (changed, added, deleted).
     pub carried: usize,
@@ -259,7 +259,7 @@ pub struct Moved {
 /// branch, the old worktree's uncommitted changes carried over, the old one removed. The
 /// caller holds the tick lock. Nothing is lost: the old worktree goes only once
 /// everything it held uncommitted is in the new one.
-pub fn migrate(
+pub(crate) fn migrate(
     paths: &LoopPaths,
     old: &Path,
     new: &Copy,
@@ -377,7 +377,7 @@ fn carry(from: &Path, to: &Path) -> std::io::Result<()> {
 
 /// Removes a loop's worktree (both directories), an old-layout one (and git's record of
 /// it), and the state its agents kept on this machine; what went.
-pub fn remove(paths: &LoopPaths, dir: Option<&Path>) -> Result<Vec<PathBuf>, RestoreError> {
+pub(crate) fn remove(paths: &LoopPaths, dir: Option<&Path>) -> Result<Vec<PathBuf>, RestoreError> {
     let mut gone = Vec::new();
     let copy = super::location(&paths.project, &paths.name, dir)?;
     for d in [&copy.work_tree, &copy.git_dir] {
@@ -425,7 +425,7 @@ fn remove_any(p: &Path) -> Result<(), RestoreError> {
 
 /// How the loop's branch stood between its repository and the user's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Synced {
+pub(crate) enum Synced {
     /// The same commit in both: nothing to do (two file reads).
     InStep,
     /// The loop's repository was ahead (its last commit never reached the user's, a
@@ -439,7 +439,7 @@ pub enum Synced {
 /// Puts the loop's branch in step between `copy` and the user's repository before a
 /// tick's agents run. `Err` names what a human must look at (the two histories parted
 /// and the loop's files could not follow).
-pub fn sync(checkout: &Repo, copy: &Repo, branch: &str) -> Result<Synced, String> {
+pub(crate) fn sync(checkout: &Repo, copy: &Repo, branch: &str) -> Result<Synced, String> {
     let ours = copy.rev(branch).map_err(|e| e.to_string())?;
     let theirs = checkout.rev(branch).map_err(|e| e.to_string())?;
     match (ours, theirs) {

@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use crate::git::{CopyError, Repo};
 use crate::state::LoopPaths;
 
-pub use gc::{GcOptions, gc};
-pub use make::{
+pub(crate) use gc::{GcOptions, gc};
+pub(crate) use make::{
     RestoreError, Synced, create, exclude_text, migrate, remove, restore, restore_held, sync,
 };
 
@@ -53,13 +53,13 @@ impl Copy {
 }
 
 /// The loop's branch, fully named.
-pub fn branch_ref(name: &str) -> String {
+pub(crate) fn branch_ref(name: &str) -> String {
     format!("refs/heads/loopflow/{name}")
 }
 
 /// Why a worktree has no place on this machine.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LocationError {
+pub(crate) enum LocationError {
     #[error(
         "no place for loop worktrees: neither XDG_STATE_HOME nor HOME is set (set one, or `[worktree] dir` in loop.toml)"
     )]
@@ -87,7 +87,7 @@ use crate::state::machine::real;
 
 /// The directory of this project's worktrees: `<root>/<label>-<hash>`, the label the
 /// project directory's name (so a person can tell them apart), the hash its full path's.
-pub fn project_root(project: &Path, dir: Option<&Path>) -> Result<PathBuf, LocationError> {
+pub(crate) fn project_root(project: &Path, dir: Option<&Path>) -> Result<PathBuf, LocationError> {
     let root = root(dir)?;
     let project = real(project);
     if real(&root).starts_with(&project) {
@@ -97,7 +97,11 @@ pub fn project_root(project: &Path, dir: Option<&Path>) -> Result<PathBuf, Locat
 }
 
 /// Where loop `name` of `project` has its worktree on this machine.
-pub fn location(project: &Path, name: &str, dir: Option<&Path>) -> Result<Copy, LocationError> {
+pub(crate) fn location(
+    project: &Path,
+    name: &str,
+    dir: Option<&Path>,
+) -> Result<Copy, LocationError> {
     let base = project_root(project, dir)?;
     Ok(Copy {
         work_tree: base.join(name),
@@ -108,13 +112,13 @@ pub fn location(project: &Path, name: &str, dir: Option<&Path>) -> Result<Copy, 
 }
 
 /// The worktree of the old layout, inside the loop's own directory.
-pub fn nested(paths: &LoopPaths) -> PathBuf {
+pub(crate) fn nested(paths: &LoopPaths) -> PathBuf {
     paths.dir.join("worktree")
 }
 
 /// Where a loop's worktree stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Place {
+pub(crate) enum Place {
     /// There, at its place.
     Own(Copy),
     /// Not there: removed, or never made on this machine (`worktree restore` makes it).
@@ -125,7 +129,7 @@ pub enum Place {
 }
 
 impl Place {
-    pub fn copy(&self) -> &Copy {
+    pub(crate) fn copy(&self) -> &Copy {
         match self {
             Place::Own(c) | Place::Missing(c) | Place::Nested { new: c, .. } => c,
         }
@@ -133,7 +137,7 @@ impl Place {
 }
 
 /// Where loop `paths.name`'s worktree stands: a few `stat`s, no git.
-pub fn place(paths: &LoopPaths, dir: Option<&Path>) -> Result<Place, LocationError> {
+pub(crate) fn place(paths: &LoopPaths, dir: Option<&Path>) -> Result<Place, LocationError> {
     let copy = location(&paths.project, &paths.name, dir)?;
     if copy.exists() {
         return Ok(Place::Own(copy));
@@ -147,7 +151,7 @@ pub fn place(paths: &LoopPaths, dir: Option<&Path>) -> Result<Place, LocationErr
 
 /// The loop's worktree for a command that reads or changes it (`review`, `land`,
 /// `discard`): its place, whether it is there or not.
-pub fn checked(paths: &LoopPaths, dir: Option<&Path>) -> Result<Copy, String> {
+pub(crate) fn checked(paths: &LoopPaths, dir: Option<&Path>) -> Result<Copy, String> {
     let state = paths.load().map_err(|e| e.to_string())?;
     paths.owns(&state).map_err(|e| e.to_string())?;
     place(paths, dir)
@@ -171,7 +175,7 @@ pub(crate) fn mark(copy: &Copy, project: &Path) -> std::io::Result<()> {
 /// The project whose loop worktree `dir` is in (a human running `loopflow review` there),
 /// checked: the project's worktree of that loop is this very directory. `None` anywhere
 /// else.
-pub fn project_of(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn project_of(dir: &Path) -> Option<PathBuf> {
     let top = dir
         .ancestors()
         .find(|d| std::fs::symlink_metadata(d.join(".git")).is_ok_and(|m| m.is_file()))?;
@@ -197,7 +201,7 @@ pub fn project_of(dir: &Path) -> Option<PathBuf> {
 
 /// `[worktree] dir` of a loop, read from its `loop.toml` (`None`: the default place, or a
 /// loop.toml that does not read — its commands say so themselves).
-pub fn configured_dir(paths: &LoopPaths) -> Option<PathBuf> {
+pub(crate) fn configured_dir(paths: &LoopPaths) -> Option<PathBuf> {
     let mut d = crate::diag::Diagnostics::default();
     crate::config::LoopConfig::read_partial(&paths.config(), &paths.project, &mut d)
         .ok()

@@ -12,7 +12,7 @@ use crate::worktree::Copy;
 
 /// The most files stamped in a project without git; past it the tick says so and checks
 /// nothing rather than walk a huge tree twice per tick.
-pub const FILES_CAP: usize = 100_000;
+pub(super) const FILES_CAP: usize = 100_000;
 
 /// Entries never walked or reported: loopflow's own, git's, and the agents' output dir.
 const SKIPPED: &[&str] = &[".git", ".loopflow", crate::blast::OUTPUT_DIR];

@@ -12,8 +12,8 @@ mod leftovers;
 
 use std::path::{Path, PathBuf};
 
-pub use baseline::{Baseline, BaselineError};
-pub use leftovers::Leftovers;
+pub(crate) use baseline::{Baseline, BaselineError};
+pub(crate) use leftovers::Leftovers;
 
 use crate::blast::{Radius, Refusal};
 use crate::diag::Diagnostics;
@@ -24,7 +24,7 @@ use crate::template::Tmpl;
 use crate::toml_read::Table;
 use crate::worktree::Copy;
 
-pub struct GitCommit;
+pub(super) struct GitCommit;
 
 const DEFAULT_MESSAGE: &str = "loopflow {{loop}}: iteration {{iteration}}";
 

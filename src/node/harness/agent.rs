@@ -21,14 +21,14 @@ const WATCH_EVERY: Duration = Duration::from_millis(300);
 const READ_CAP: u64 = 1 << 20;
 
 /// The agent's state, ready for the spawn.
-pub struct Prepared {
+pub(super) struct Prepared {
     pub env: Vec<(String, String)>,
     pub write: Vec<PathBuf>,
     pub root: Option<PathBuf>,
 }
 
 /// Makes `preset`'s own state ready for this loop (nothing for a preset without one).
-pub fn prepare(ctx: &NodeCtx<'_>, preset: &Preset) -> Result<Prepared, home::HomeError> {
+pub(super) fn prepare(ctx: &NodeCtx<'_>, preset: &Preset) -> Result<Prepared, home::HomeError> {
     if preset.state.is_empty() {
         return Ok(Prepared {
             env: Vec::new(),
@@ -78,7 +78,7 @@ fn len_of(path: &Path) -> u64 {
 }
 
 /// Watches a running agent for its provider's limit; see [`Watch::run`].
-pub struct Watch<'a> {
+pub(super) struct Watch<'a> {
     rule: &'a LimitRule,
     path: PathBuf,
     /// Where the source stood when the agent started (a log outlives runs).
@@ -88,7 +88,11 @@ pub struct Watch<'a> {
 }
 
 impl<'a> Watch<'a> {
-    pub fn new(ctx: &NodeCtx<'_>, rule: &'a LimitRule, root: Option<&Path>) -> Option<Watch<'a>> {
+    pub(super) fn new(
+        ctx: &NodeCtx<'_>,
+        rule: &'a LimitRule,
+        root: Option<&Path>,
+    ) -> Option<Watch<'a>> {
         let out = ctx.output_file(ctx.id(), "stdout");
         let err = ctx.output_file(ctx.id(), "stderr");
         let path = source_path(rule, &out, &err, root)?;
@@ -108,7 +112,7 @@ impl<'a> Watch<'a> {
     /// Until [`Watch::stop`]: looks at the source every [`WATCH_EVERY`]; on a limit,
     /// records it and stops the node's processes (the CLI would otherwise sleep out the
     /// provider's `retry-after`, an hour of a tick for nothing).
-    pub fn run(&self, ctx: &NodeCtx<'_>) {
+    pub(super) fn run(&self, ctx: &NodeCtx<'_>) {
         if !self.rule.watch {
             return;
         }
@@ -131,12 +135,12 @@ impl<'a> Watch<'a> {
         }
     }
 
-    pub fn stop(&self) {
+    pub(super) fn stop(&self) {
         self.done.store(true, Ordering::SeqCst);
     }
 
     /// The limit, from the watch or from what the agent left once it ended.
-    pub fn found(&self) -> Option<String> {
+    pub(super) fn found(&self) -> Option<String> {
         if let Some(m) = self.hit.lock().ok().and_then(|h| h.clone()) {
             return Some(m);
         }
@@ -186,7 +190,12 @@ fn stop_node(loop_name: &str, project: &Path, node: &str) {
 
 /// Records the limit `message` reported for every loop of `preset` with this credential
 /// and says so in the log; the tick then ends as a skip.
-pub fn limited(ctx: &NodeCtx<'_>, preset: &Preset, rule: &LimitRule, message: &str) -> SkipReason {
+pub(super) fn limited(
+    ctx: &NodeCtx<'_>,
+    preset: &Preset,
+    rule: &LimitRule,
+    message: &str,
+) -> SkipReason {
     let now = jiff::Zoned::now();
     let until =
         crate::preset::limit::rfc3339(crate::preset::limit::until(message, rule.wait, &now));
@@ -210,7 +219,7 @@ pub fn limited(ctx: &NodeCtx<'_>, preset: &Preset, rule: &LimitRule, message: &s
 }
 
 /// The first line of `s`, at most `max` characters.
-pub fn one_line(s: &str, max: usize) -> String {
+pub(super) fn one_line(s: &str, max: usize) -> String {
     let line = s
         .lines()
         .map(str::trim)
@@ -224,7 +233,7 @@ pub fn one_line(s: &str, max: usize) -> String {
 
 /// Why a failed agent failed, in its words: the error its output reports, else the last
 /// lines of its stderr (else of its stdout).
-pub fn why(o: &NodeOutput, reported: Option<&str>) -> Option<String> {
+pub(super) fn why(o: &NodeOutput, reported: Option<&str>) -> Option<String> {
     if let Some(r) = reported.filter(|r| !r.trim().is_empty()) {
         return Some(tail_lines(r, 5, 600));
     }

@@ -52,7 +52,7 @@ fn cache_path(ctx: &NodeCtx<'_>, role: &str) -> std::path::PathBuf {
 
 /// Why the cache key could not be computed (the tick then runs without the cache).
 #[derive(Debug, thiserror::Error)]
-pub enum CacheError {
+pub(super) enum CacheError {
     #[error("{}: {error}", path.display())]
     Read {
         path: std::path::PathBuf,
@@ -62,7 +62,7 @@ pub enum CacheError {
 
 /// The cache key: task, artifact, and the role's prompt template (a changed verifier
 /// prompt must re-grade).
-pub fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, CacheError> {
+pub(super) fn key(ctx: &NodeCtx<'_>, cfg: &Role, vars: &Value) -> Result<String, CacheError> {
     let mut h = Key::new();
     h.field(ctx.scope().task().map_or("", |t| t.id.as_str()).as_bytes());
     let artifact = vars
@@ -181,7 +181,7 @@ fn load(path: &Path) -> CacheFile {
 
 /// On a hit, writes the cached stdout where the node's stdout would go and returns the
 /// node's output marked `cached`.
-pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
+pub(super) fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
     let cache = load(&cache_path(ctx, role));
     let entry = cache.entries.get(key)?;
     let id = ctx.id();
@@ -206,7 +206,7 @@ pub fn replay(ctx: &NodeCtx<'_>, role: &str, key: &str) -> Option<NodeOutput> {
 
 /// Remembers a successful run's stdout under `key` when it holds a verdict (best-effort: a cache that cannot be
 /// written only means the next identical tick grades again).
-pub fn store(ctx: &NodeCtx<'_>, role: &str, key: &str, stdout: Option<&Path>) {
+pub(super) fn store(ctx: &NodeCtx<'_>, role: &str, key: &str, stdout: Option<&Path>) {
     let Some(text) = stdout.and_then(|p| crate::fs_safe::read_to_string(p).ok()) else {
         return;
     };

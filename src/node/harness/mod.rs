@@ -20,7 +20,7 @@ use crate::toml_read::{Str, Table};
 mod agent;
 mod cache;
 
-pub struct Harness;
+pub(super) struct Harness;
 
 impl NodeKind for Harness {
     fn name(&self) -> &'static str {

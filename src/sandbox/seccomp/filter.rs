@@ -94,7 +94,7 @@ pub(super) const fn errno(e: c_int) -> u32 {
 }
 
 /// The BPF program, built once per tick in the parent so installing it never allocates.
-pub struct Filter {
+pub(crate) struct Filter {
     pub(super) prog: Vec<sock_filter>,
     /// Connects go to a supervisor: installing it yields a notification listener.
     pub(super) listener: bool,
@@ -260,7 +260,7 @@ impl Filter {
     /// the network is open).
     // The libc constants' types differ between libcs (`as` is the portable spelling).
     #[allow(clippy::unnecessary_cast)]
-    pub fn new(net: Option<&Net>) -> Filter {
+    pub(crate) fn new(net: Option<&Net>) -> Filter {
         use Label::*;
         use Op::{J, L, S};
         let proxy = matches!(net, Some(Net::Proxy(_)));
@@ -353,7 +353,7 @@ impl Filter {
     }
 
     /// Whether connects are decided by a supervisor (installing yields a listener).
-    pub fn has_listener(&self) -> bool {
+    pub(crate) fn has_listener(&self) -> bool {
         self.listener
     }
 }

@@ -11,12 +11,12 @@ use std::os::fd::RawFd;
 mod filter;
 mod supervisor;
 
-pub use filter::Filter;
-pub use supervisor::{Connected, Supervisor};
+pub(crate) use filter::Filter;
+pub(crate) use supervisor::{Connected, Supervisor};
 
 /// What confined processes may do with the network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Net {
+pub(crate) enum Net {
     /// No network sockets at all.
     Deny,
     /// TCP only through `proxy`: every connect() is decided by the Supervisor.
@@ -81,7 +81,7 @@ pub(crate) fn install(filter: &Filter) -> Result<RawFd, libc::c_int> {
 /// Whether this kernel runs the filter: seccomp filters with `errno`, and for a proxy the
 /// user notification its supervisor needs (what `/proc/sys/kernel/seccomp/actions_avail`
 /// lists), read once.
-pub fn available(notify: bool) -> bool {
+pub(crate) fn available(notify: bool) -> bool {
     static AVAIL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let a = AVAIL.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default()

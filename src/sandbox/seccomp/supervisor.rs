@@ -24,7 +24,7 @@ const MAX_ADDR: usize = 128;
 const MAX_SEEN: usize = 4096;
 
 /// Told the local address of each socket connected to the proxy, and its spawn's tag.
-pub type Connected = Box<dyn Fn(SocketAddr, u64) + Send + Sync>;
+pub(crate) type Connected = Box<dyn Fn(SocketAddr, u64) + Send + Sync>;
 
 #[derive(Default)]
 struct Refused {
@@ -45,7 +45,7 @@ struct Shared {
 /// Serves the connect notifications of a tick's confined processes until dropped (drop
 /// wakes and joins the thread at once, closing every listener, after which a connect a
 /// leftover tries fails with `ENOSYS`).
-pub struct Supervisor {
+pub(crate) struct Supervisor {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -57,7 +57,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Supervisor {
     /// Starts the serving thread; `proxy` is the only address connects reach, `connected`
     /// hears of each one before the process's connect returns.
-    pub fn start(proxy: SocketAddr, connected: Connected) -> io::Result<Supervisor> {
+    pub(crate) fn start(proxy: SocketAddr, connected: Connected) -> io::Result<Supervisor> {
         // SAFETY: eventfd takes integers and returns a new fd or -1.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
@@ -83,14 +83,14 @@ impl Supervisor {
     }
 
     /// Serves `listener` (one spawn's filter) from now on, its connects tagged `tag`.
-    pub fn watch(&self, listener: OwnedFd, tag: u64) {
+    pub(crate) fn watch(&self, listener: OwnedFd, tag: u64) {
         lock(&self.shared.incoming).push((listener, tag));
         wake(&self.shared.wake);
     }
 
     /// Addresses whose connect was refused for spawn `tag` so far, each once, in first-seen
     /// order; drains.
-    pub fn take_refused(&self, tag: u64) -> Vec<String> {
+    pub(crate) fn take_refused(&self, tag: u64) -> Vec<String> {
         lock(&self.shared.refused)
             .get_mut(&tag)
             .map(|r| std::mem::take(&mut r.pending))
@@ -98,7 +98,7 @@ impl Supervisor {
     }
 
     /// Forgets what spawn `tag` was refused (it ended).
-    pub fn forget(&self, tag: u64) {
+    pub(crate) fn forget(&self, tag: u64) {
         lock(&self.shared.refused).remove(&tag);
     }
 }

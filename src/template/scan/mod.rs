@@ -9,7 +9,7 @@ use super::bytes::{find_byte, find2};
 use super::engine::compiled;
 
 /// Helpers usable in templates: handlebars' built-ins.
-pub const HELPERS: &[&str] = &[
+pub(crate) const HELPERS: &[&str] = &[
     "eq", "ne", "gt", "gte", "lt", "lte", "and", "or", "not", "len", "if", "unless", "each",
     "with", "lookup", "log", "raw",
 ];
@@ -18,7 +18,7 @@ pub const HELPERS: &[&str] = &[
 /// Only where it is: the segments are read back from the scanned text ([`Usage::path`]),
 /// nothing is copied — a check of every loop's prompts makes thousands of these.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Usage {
+pub(crate) struct Usage {
     /// The path's bytes in the text it was scanned from.
     pub range: Range<usize>,
     /// It has `/` separators (`../x`-style, only the general scan sees them).
@@ -36,7 +36,7 @@ impl Usage {
     }
 
     /// The path's segments in `text`, the text this usage was scanned from.
-    pub fn path<'t>(&self, text: &'t str) -> Path<'t> {
+    pub(crate) fn path<'t>(&self, text: &'t str) -> Path<'t> {
         Path {
             path: text.get(self.range.clone()).unwrap_or(""),
             slash: self.slash,
@@ -47,7 +47,7 @@ impl Usage {
 /// A [`Usage`]'s path read from its text: segments split at `.` (and `/`), each without
 /// the brackets of a `[literal]` segment; `Display` writes it dotted.
 #[derive(Clone, Copy)]
-pub struct Path<'t> {
+pub(crate) struct Path<'t> {
     path: &'t str,
     slash: bool,
 }
@@ -72,7 +72,7 @@ impl<'t> Path<'t> {
         })
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         let slash = self.slash;
         1 + self
             .path
@@ -81,12 +81,12 @@ impl<'t> Path<'t> {
             .count()
     }
 
-    pub fn get(&self, i: usize) -> Option<&'t str> {
+    pub(crate) fn get(&self, i: usize) -> Option<&'t str> {
         self.segments().nth(i)
     }
 
     /// The first segment (`nodes` of `nodes.x.exit_code`).
-    pub fn root(&self) -> &'t str {
+    pub(crate) fn root(&self) -> &'t str {
         self.get(0).unwrap_or("")
     }
 }
@@ -105,7 +105,7 @@ impl std::fmt::Display for Path<'_> {
 
 /// A problem found while scanning (unbalanced braces, unknown helper, bad syntax).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ScanError {
+pub(crate) struct ScanError {
     pub message: String,
     pub range: Range<usize>,
 }
@@ -121,7 +121,7 @@ pub struct ScanError {
 /// The result is shared (`Arc`): a remembered scan is handed out without copying its
 /// paths, and the memo's keys are hashed with foldhash (a prompt's few KiB cost less to
 /// hash than to scan, which std's SipHash did not give).
-pub fn scan(text: &str) -> Result<Arc<[Usage]>, ScanError> {
+pub(crate) fn scan(text: &str) -> Result<Arc<[Usage]>, ScanError> {
     if !text.contains("{{") {
         // Most argv elements (`claude`, `-p`): one shared empty list, not one each.
         static NONE: OnceLock<Arc<[Usage]>> = OnceLock::new();
@@ -510,7 +510,7 @@ fn expression_paths(expr: &str, base: usize, block: bool) -> Result<Vec<Usage>, 
 }
 
 /// Single-brace `{name}` tokens (the predecessor's placeholder syntax), with their ranges.
-pub fn legacy_placeholders(text: &str) -> Vec<(String, Range<usize>)> {
+pub(crate) fn legacy_placeholders(text: &str) -> Vec<(String, Range<usize>)> {
     let bytes = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
