@@ -193,6 +193,7 @@ fn spawn(
         stderr: dir.path().join("stderr"),
         timeout: Some(timeout),
         idle: None,
+        grace: crate::process::GRACE,
         cancel: &never,
         sandbox: None,
         on_spawn: None,

@@ -336,6 +336,9 @@ pub(crate) mod files {
         pub timeout: Option<String>,
         /// Stop an agent that writes nothing to stdout or stderr for this long, e.g. "5m".
         pub idle_timeout: Option<String>,
+        /// How long a node's processes have between TERM and KILL when it times out or
+        /// the tick is interrupted, e.g. "10s" (default 5s).
+        pub grace: Option<String>,
     }
 
     #[derive(Deserialize, JsonSchema)]

@@ -220,6 +220,7 @@ impl<'a> WorkSourceReader<'a> {
             stderr: err.clone(),
             timeout: Some(AUDIT_TIMEOUT),
             idle: None,
+            grace: self.config.harness_grace.unwrap_or(crate::process::GRACE),
             cancel: &cancel,
             sandbox: self.sandbox,
             on_spawn: None,

@@ -57,6 +57,8 @@ pub struct LoopConfig {
     pub interval_seconds: u64,
     pub harness_timeout: Option<Duration>,
     pub harness_idle_timeout: Option<Duration>,
+    /// `[harness] grace`: how long a stopped node's processes have between TERM and KILL.
+    pub harness_grace: Option<Duration>,
     /// `[harness]`'s agent keys, for roles that set none of their own.
     pub harness: AgentKeys,
     pub roles: IndexMap<String, Role>,
@@ -204,6 +206,7 @@ impl LoopConfig {
 
         let mut harness_timeout = None;
         let mut harness_idle_timeout = None;
+        let mut harness_grace = None;
         let mut harness = AgentKeys::default();
         if let Some(t) = root.table("harness", diags) {
             t.deny_unknown(
@@ -214,12 +217,14 @@ impl LoopConfig {
                     "usage",
                     "timeout",
                     "idle_timeout",
+                    "grace",
                 ],
                 diags,
             );
             harness = AgentKeys::read(&t, diags);
             harness_timeout = t.duration("timeout", diags);
             harness_idle_timeout = t.duration("idle_timeout", diags);
+            harness_grace = t.duration("grace", diags);
         }
 
         let mut roles = IndexMap::new();
@@ -254,6 +259,7 @@ impl LoopConfig {
             interval_seconds,
             harness_timeout,
             harness_idle_timeout,
+            harness_grace,
             harness,
             roles,
             roles_span,

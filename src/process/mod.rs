@@ -48,6 +48,9 @@ pub(crate) struct Spawn<'a> {
     pub timeout: Option<Duration>,
     /// Stop the child when it writes nothing to stdout or stderr for this long.
     pub idle: Option<Duration>,
+    /// How long its process group has between TERM and KILL when it is stopped
+    /// (`[harness] grace`; [`GRACE`] by default).
+    pub grace: Duration,
     pub cancel: &'a AtomicBool,
     /// Confinement, when the tick has one.
     pub sandbox: Option<&'a Prepared>,
@@ -127,14 +130,14 @@ fn group_alive(pgid: u32) -> bool {
     unsafe { libc::killpg(pgid as libc::pid_t, 0) == 0 }
 }
 
-/// TERM the group, wait up to the grace period for it to empty, then KILL the group and
+/// TERM the group, wait up to `grace` for it to empty, then KILL the group and
 /// the leader itself. The leader is reaped as soon as it exits (through `waiting`), so a
 /// group that obeys TERM is seen empty at once (an unreaped zombie would keep it "alive"
 /// for the whole grace period). Returns within the grace period and [`KILLED_WAIT`].
 #[cfg(unix)]
-fn stop_group(pgid: u32, waiting: &mut Waiting) {
+fn stop_group(pgid: u32, waiting: &mut Waiting, grace: Duration) {
     signal_group(pgid, libc::SIGTERM);
-    let deadline = Instant::now() + GRACE;
+    let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         // Members that exited were reparented here (the subreaper): collected, or their
         // zombies would keep the group "alive" for the whole grace period.
@@ -267,7 +270,7 @@ pub(crate) fn run(spec: &Spawn<'_>) -> Finished {
     // The node is over: whatever it left running in its group goes too.
     #[cfg(unix)]
     if group_alive(pgid) {
-        stop_group(pgid, &mut waiting);
+        stop_group(pgid, &mut waiting, spec.grace);
     }
     // Members of its session that left the group (`setpgid`) go with it.
     reap::kill_session(pgid);

@@ -441,6 +441,11 @@ impl Tick<'_> {
             stderr: s.stderr.clone(),
             timeout: s.timeout,
             idle: s.idle,
+            grace: self
+                .loaded
+                .config
+                .harness_grace
+                .unwrap_or(crate::process::GRACE),
             cancel: self.cancel,
             sandbox: sandbox.as_ref(),
             on_spawn: Some(&record),

@@ -21,6 +21,9 @@ fn pipeline_loop(p: &Project, brakes: &str, pipeline: &PipelineToml) {
         "l",
         &LoopToml::new()
             .harness_agent(&agent)
+            // A stopped node's group is KILLed 100 ms after TERM, not 5 s: the timeout
+            // tests of groups that ignore TERM take a second, not six.
+            .harness("grace = \"100ms\"")
             .brakes(brakes)
             .pipeline(&pipe),
     );

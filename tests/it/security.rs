@@ -1137,7 +1137,9 @@ fn an_agent_that_closes_its_output_or_ignores_term_is_stopped() {
     );
     p.with_loop(
         "x",
-        &security_toml(&a).role("implement", "timeout = \"1s\""),
+        &security_toml(&a)
+            .harness("grace = \"100ms\"")
+            .role("implement", "timeout = \"1s\""),
     );
     let code = lf_bounded(&p, &["run", "--loop", "x", "--json"]);
     assert_eq!(code, 0);
