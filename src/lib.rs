@@ -40,6 +40,7 @@ mod projects;
 mod reason;
 mod remote;
 mod review;
+mod row;
 mod sandbox;
 mod schedule;
 mod schema;

@@ -88,14 +88,14 @@ fn follow_remote_loops(dirs: Vec<std::path::PathBuf>) {
 
 pub(super) fn dashboard(project: &Path, a: DashboardArgs) -> i32 {
     follow_remote_loops(vec![project.to_path_buf()]);
-    let model = Model::new(project, super::status::row_of);
+    let model = Model::new(project);
     serve(model, &project.display().to_string(), a)
 }
 
 /// The dashboard over many projects (`--all`, `--project` more than once).
 pub(super) fn dashboard_many(sources: &[Source], a: DashboardArgs) -> i32 {
     follow_remote_loops(sources.iter().map(|s| s.dir.clone()).collect());
-    let model = Model::many(sources, super::status::row_of, true);
+    let model = Model::many(sources, true);
     let labels: Vec<&str> = sources.iter().map(|s| s.label.as_str()).collect();
     serve(
         model,

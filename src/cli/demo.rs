@@ -306,7 +306,7 @@ pub(super) fn demo(a: DemoArgs) -> i32 {
         }
     }
     say("\nstatus:".into());
-    let row = super::status::status_row(&crate::state::LoopPaths::new(&project, "demo")).ok();
+    let row = crate::row::status_row(&crate::state::LoopPaths::new(&project, "demo")).ok();
     for line in super::status::status_table(row.as_slice(), &[]).lines() {
         say(format!("  {line}"));
     }

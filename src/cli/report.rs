@@ -46,12 +46,12 @@ fn write_page(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 pub(super) fn report(project: &Path, a: ReportArgs) -> i32 {
-    write_report(Model::once(project, super::status::row_of), a)
+    write_report(Model::once(project), a)
 }
 
 /// The report over many projects (`--all`, `--project` more than once).
 pub(super) fn report_many(sources: &[crate::projects::Source], a: ReportArgs) -> i32 {
-    write_report(Model::many(sources, super::status::row_of, false), a)
+    write_report(Model::many(sources, false), a)
 }
 
 fn write_report(model: Model, a: ReportArgs) -> i32 {

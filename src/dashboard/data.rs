@@ -10,85 +10,8 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use crate::reason::{Death, HaltReason};
+use crate::row::Row;
 use crate::state::{LoopPaths, State};
-
-/// Builds a loop's `status --json` row (`cli::status::status_row`), handed in so this
-/// module does not depend on the command line.
-/// A loop's `status --json` row, or why it has none: `Err(None)` not a loop yet (no
-/// state), `Err(Some(message))` a state that does not load, as `status` reports it.
-/// Given the state and configuration already loaded, it reads nothing again.
-pub(crate) type RowFn =
-    fn(&LoopPaths, Option<(&State, &crate::config::LoopConfig)>) -> Result<Row, Option<String>>;
-
-/// One loop's row of `status --json` (DESIGN §10 keys, and what the table needs
-/// besides), its keys in the order written. A struct, not a JSON map: the dashboard and
-/// `report` make one per loop and read it back, and a map hashed every key twice.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub(crate) struct Row {
-    /// The loop's name; over many projects, `<project>:<loop>`.
-    pub name: String,
-    /// Over many projects: the project's label (`name`'s prefix), its directory and the
-    /// loop's own name (what `--loop` takes there). Absent for one project.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub project_dir: Option<std::path::PathBuf>,
-    #[serde(rename = "loop", skip_serializing_if = "Option::is_none")]
-    pub loop_name: Option<String>,
-    pub iteration_count: u64,
-    /// The cap with `approve --extend`'s iterations; `None` when the config does not load.
-    pub max_iterations: Option<u64>,
-    pub halt: Option<crate::state::Halt>,
-    pub current_task: Option<String>,
-    pub task_source: Option<String>,
-    pub current_phase: String,
-    pub last_tick_at: Option<String>,
-    pub last_score: Option<f64>,
-    pub spent: crate::state::Spent,
-    pub limits: Option<Limits>,
-    pub goal_score: Option<f64>,
-    /// Whether implement and verify name different models; `None` when either names none.
-    pub model_diverse: Option<bool>,
-    pub sandbox: Option<&'static str>,
-    pub config_error: Option<String>,
-    pub consecutive_aborts: u32,
-    pub last_abort: Option<LastAbort>,
-    pub notes: Vec<String>,
-    pub running: bool,
-    /// Why every tick of this loop skips before any agent runs until a human acts (no
-    /// task, a phase it does not run in, its worktree missing); `None` when ticks run.
-    pub skipping: Option<Skipping>,
-}
-
-/// A loop whose every tick skips: the skip's reason as the log says it, what the gate
-/// saw, and what makes it tick again.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub(crate) struct Skipping {
-    pub reason: String,
-    pub detail: String,
-    pub fix: String,
-}
-
-/// A row's budget limits (`null`: no limit on that unit).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub(crate) struct Limits {
-    pub usd: Option<f64>,
-    pub tokens: Option<u64>,
-    pub seconds: Option<f64>,
-}
-
-/// The last aborted tick of a loop that has not ticked since: its `ABORT` line, and the
-/// agent's own words with its output files (relative to the loop's directory).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub(crate) struct LastAbort {
-    pub at: String,
-    pub node: Option<String>,
-    pub reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub outputs: Vec<String>,
-}
 
 /// How much of a log the first scan reads: its newest 64 MiB. Older halts are not counted
 /// (the page says so), and a giant log cannot stall the page.
@@ -253,17 +176,6 @@ pub(super) struct LoopView {
     pub scan: LogScan,
 }
 
-impl Row {
-    /// This row as one of project `label`'s (at `dir`) over many: named `label:loop`.
-    pub(crate) fn in_project(mut self, label: &str, dir: &std::path::Path) -> Row {
-        self.loop_name = Some(std::mem::take(&mut self.name));
-        self.name = format!("{label}:{}", self.loop_name.as_deref().unwrap_or(""));
-        self.project = Some(label.to_string());
-        self.project_dir = Some(dir.to_path_buf());
-        self
-    }
-}
-
 impl LoopView {
     /// A project of many that cannot be read, shown as a card of its own.
     pub(super) fn broken_project(label: &str, dir: &Path, why: String) -> LoopView {
@@ -337,12 +249,7 @@ fn broken(
 
 /// Builds (or, given the previous view, updates) one loop's view; also returns the log
 /// lines that are new since `prev`.
-pub(super) fn view(
-    project: &Path,
-    name: &str,
-    row_fn: RowFn,
-    prev: Option<LoopView>,
-) -> (LoopView, Vec<String>) {
+pub(super) fn view(project: &Path, name: &str, prev: Option<LoopView>) -> (LoopView, Vec<String>) {
     let paths = LoopPaths::new(project, name);
     // The state is read straight away: a missing file is the open's NotFound, not a
     // `stat` first.
@@ -374,7 +281,7 @@ pub(super) fn view(
             (Ok(s), Some(Ok(l))) => Some((s, &l.config)),
             _ => None,
         };
-        row_fn(&paths, known)
+        crate::row::of(&paths, known)
     } else {
         Err(None)
     };

@@ -5,6 +5,7 @@
 //! watcher (`watcher`) names. `page` renders it, `server` serves it live on loopback with
 //! server-sent events; `report --html` writes the same page once.
 
+use crate::row::Row;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
@@ -16,7 +17,6 @@ mod server;
 mod watcher;
 
 use data::{Fingerprint, LoopView};
-pub(crate) use data::{LastAbort, Limits, Row, RowFn, Skipping};
 pub(crate) use page::Mode;
 pub(crate) use server::Server;
 
@@ -45,7 +45,6 @@ struct Src {
 /// Every loop's view, and the projects' recent log lines.
 pub(crate) struct Model {
     sources: Vec<Src>,
-    row_fn: RowFn,
     /// Whether [`Model::refresh`] will be called again: only then does each loop's
     /// [`Fingerprint`] (a `stat` of four files) earn its cost.
     watch: bool,
@@ -70,17 +69,17 @@ type Listed = (String, usize, Result<String, String>);
 
 impl Model {
     /// A model of `project`, kept current by [`Model::refresh`] (the dashboard).
-    pub(crate) fn new(project: &Path, row_fn: RowFn) -> Model {
-        Model::read(Model::one(project), row_fn, true)
+    pub(crate) fn new(project: &Path) -> Model {
+        Model::read(Model::one(project), true)
     }
 
     /// A model of `project` read once and never refreshed (`report`).
-    pub(crate) fn once(project: &Path, row_fn: RowFn) -> Model {
-        Model::read(Model::one(project), row_fn, false)
+    pub(crate) fn once(project: &Path) -> Model {
+        Model::read(Model::one(project), false)
     }
 
     /// A model of many projects (DESIGN §15), live (`watch`) or read once.
-    pub(crate) fn many(sources: &[crate::projects::Source], row_fn: RowFn, watch: bool) -> Model {
+    pub(crate) fn many(sources: &[crate::projects::Source], watch: bool) -> Model {
         let srcs = sources
             .iter()
             .map(|s| Src {
@@ -88,7 +87,7 @@ impl Model {
                 dir: s.dir.clone(),
             })
             .collect();
-        Model::read(srcs, row_fn, watch)
+        Model::read(srcs, watch)
     }
 
     fn one(project: &Path) -> Vec<Src> {
@@ -99,10 +98,9 @@ impl Model {
         }]
     }
 
-    fn read(sources: Vec<Src>, row_fn: RowFn, watch: bool) -> Model {
+    fn read(sources: Vec<Src>, watch: bool) -> Model {
         let mut m = Model {
             sources,
-            row_fn,
             watch,
             entries: BTreeMap::new(),
             version: 0,
@@ -225,7 +223,7 @@ impl Model {
                 continue;
             }
             let prev = self.entries.remove(key).map(|e| e.view);
-            let (mut view, fresh) = data::view(&src.dir, name, self.row_fn, prev);
+            let (mut view, fresh) = data::view(&src.dir, name, prev);
             if let Some(label) = &src.label {
                 view = view.in_project(label);
             }

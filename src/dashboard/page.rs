@@ -5,9 +5,10 @@
 
 use std::fmt::Write as _;
 
-use super::data::{LoopView, Point, Row, Standing, total_deaths};
+use super::data::{LoopView, Point, Standing, total_deaths};
 use crate::human::{command, count, score, seconds, usd};
 use crate::reason::{Death, HaltReason};
+use crate::row::Row;
 
 const STYLE: &str = include_str!("style.css");
 
