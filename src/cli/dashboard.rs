@@ -39,17 +39,8 @@ fn open_browser(url: &str) {
     } else {
         "xdg-open"
     };
-    let spawned = std::process::Command::new(opener)
-        .arg(url)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    match spawned {
-        // Reaped in the background so it never lingers as a zombie.
-        Ok(mut child) => {
-            std::thread::spawn(move || child.wait());
-        }
+    match crate::process::tool::start(&[opener, url]) {
+        Ok(()) => {}
         Err(e) => {
             eprintln!("warning: could not open a browser ({opener}: {e}); open {url} yourself")
         }

@@ -19,6 +19,7 @@ use crate::reason::Failure;
 use crate::sandbox::Prepared;
 
 mod reap;
+pub(crate) mod tool;
 
 pub(crate) use reap::{become_subreaper, kill_loop_processes, loop_marks, reap_leftovers};
 

@@ -155,13 +155,9 @@ pub(super) fn cron_markers(label: &str) -> (String, String) {
 
 /// The current crontab; an absent crontab (`no crontab for user`) is empty.
 pub(super) fn crontab_read() -> Result<String, ScheduleError> {
-    let out = duct::cmd!("crontab", "-l")
-        .stdin_null()
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked()
-        .run()
-        .map_err(|e| ScheduleError::Tool(format!("`crontab -l`: {e} (is cron installed?)")))?;
+    let out =
+        crate::process::tool::run(&["crontab", "-l"], None, crate::process::tool::TOOL_TIMEOUT)
+            .map_err(|e| ScheduleError::Tool(format!("`crontab -l`: {e} (is cron installed?)")))?;
     if out.status.success() {
         return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
     }

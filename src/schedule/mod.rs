@@ -228,20 +228,15 @@ pub(super) fn systemctl_user_works() -> bool {
 
 /// Runs a tool (argv, no shell) with optional stdin; `Ok(stdout)` on exit 0.
 pub(super) fn tool_input(argv: &[&str], input: Option<&str>) -> Result<String, ScheduleError> {
-    let Some((prog, args)) = argv.split_first() else {
+    let Some(prog) = argv.first() else {
         return Err(ScheduleError::Tool("empty argv".into()));
     };
-    let mut cmd = duct::cmd(*prog, args)
-        .stdout_capture()
-        .stderr_capture()
-        .unchecked();
-    cmd = match input {
-        Some(i) => cmd.stdin_bytes(i.as_bytes().to_vec()),
-        None => cmd.stdin_null(),
-    };
-    let out = cmd
-        .run()
-        .map_err(|e| ScheduleError::Tool(format!("`{prog}`: {e}")))?;
+    let out = crate::process::tool::run(
+        argv,
+        input.map(str::as_bytes),
+        crate::process::tool::TOOL_TIMEOUT,
+    )
+    .map_err(|e| ScheduleError::Tool(format!("`{prog}`: {e}")))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
