@@ -210,11 +210,7 @@ impl Repo {
         if paths.is_empty() {
             return Ok(());
         }
-        let mut list = Vec::new();
-        for p in paths {
-            list.extend_from_slice(p.as_os_str().as_encoded_bytes());
-            list.push(0);
-        }
+        let list = nul_list(paths);
         self.git_files()?
             .global("--literal-pathspecs")
             .args(["add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"])
@@ -229,11 +225,7 @@ impl Repo {
         if paths.is_empty() {
             return Ok(());
         }
-        let mut list = Vec::new();
-        for p in paths {
-            list.extend_from_slice(p.as_os_str().as_encoded_bytes());
-            list.push(0);
-        }
+        let list = nul_list(paths);
         self.git_files()?
             .global("--literal-pathspecs")
             .args([
@@ -680,4 +672,14 @@ pub(crate) fn version() -> Option<(String, (u32, u32))> {
     let mut n = v.split(['.', ' ']).map(|p| p.parse::<u32>().ok());
     let numbers = (n.next()??, n.next()??);
     Some((text, numbers))
+}
+
+/// `paths` as `--pathspec-from-file=- --pathspec-file-nul` reads them: each followed by NUL.
+fn nul_list(paths: &[PathBuf]) -> Vec<u8> {
+    let mut list = Vec::new();
+    for p in paths {
+        list.extend_from_slice(p.as_os_str().as_encoded_bytes());
+        list.push(0);
+    }
+    list
 }
